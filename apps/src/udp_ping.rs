@@ -15,7 +15,9 @@
 //! With `--bed NAME` it reads the bed (key, table, addresses, MACs) and
 //! re-runs itself inside the bed's namespace with those spelled out.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+#[cfg(test)]
+use std::net::Ipv4Addr;
+use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,9 +32,12 @@ use flowlane_dataplane::{
 };
 use flowlane_numa_sched::Protocol;
 use flowlane_wire::packet::{
-    emit_eth_ipv4_udp, parse_frame, Transport, ETH_IPV4_UDP_PAYLOAD_OFFSET,
+    emit_eth_ipv4_udp, emit_eth_ipv6_udp, parse_frame, Transport, ETH_IPV4_UDP_PAYLOAD_OFFSET,
+    ETH_IPV6_UDP_PAYLOAD_OFFSET,
 };
-use flowlane_wire::{EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, UdpRepr};
+use flowlane_wire::{
+    EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Ipv6Repr, UdpRepr,
+};
 use serde::Serialize;
 
 use crate::flow_rss::rss_state;
@@ -60,9 +65,10 @@ pub struct Args {
     /// Interface to send from (inside its namespace).
     #[arg(long)]
     pub iface: Option<String>,
-    /// Local IPv4 address of the interface.
+    /// Local address of the interface, of `--dst`'s family (IPv4 or
+    /// IPv6; not link-local).
     #[arg(long)]
-    pub src: Option<Ipv4Addr>,
+    pub src: Option<IpAddr>,
     /// The peer's MAC (default: from the kernel's neighbour table).
     #[arg(long)]
     pub peer_mac: Option<String>,
@@ -124,25 +130,41 @@ pub struct PingResult {
 const ECHO_PORT: u16 = 7;
 
 /// `--dst`: `ADDR:PORT` (`[V6]:PORT`), or `ADDR` (`[V6]`) for port 7.
-/// Port 0 is refused: RFC 768 reserves it, no server listens there.
+/// Port 0 is refused: RFC 768 reserves it, no server listens there. An
+/// IPv4-mapped IPv6 address is the IPv4 server (as `flowlane hint` takes
+/// it). One server is pinged: a multicast, broadcast or unspecified address
+/// is refused (a frame to the peer's MAC would not reach a group, and many
+/// replies would not be one round trip).
 fn echo_server(s: &str) -> Result<SocketAddr, String> {
-    if let Ok(a) = s.parse::<SocketAddr>() {
-        if a.port() == 0 {
+    let a = match s.parse::<SocketAddr>() {
+        Ok(a) if a.port() == 0 => {
             return Err(format!(
                 "{s}: a port must be 1-65535 (write ADDR for port {ECHO_PORT})"
-            ));
+            ))
         }
-        return Ok(a);
+        Ok(a) => a,
+        Err(_) => s
+            .strip_prefix('[')
+            .and_then(|v6| v6.strip_suffix(']'))
+            .unwrap_or(s)
+            .parse::<IpAddr>()
+            .map(|ip| SocketAddr::new(ip, ECHO_PORT))
+            .map_err(|_| {
+                format!("{s} is not an address: write ADDR or ADDR:PORT, e.g. 10.99.0.2 (port {ECHO_PORT}) or 10.99.0.2:7777")
+            })?,
+    };
+    let ip = a.ip().to_canonical();
+    let broadcast = matches!(ip, IpAddr::V4(v4) if v4.is_broadcast());
+    if ip.is_multicast() || ip.is_unspecified() || broadcast {
+        return Err(format!(
+            "{s} is not a unicast address: udp-ping pings one echo server, give its address"
+        ));
     }
-    let ip = s
-        .strip_prefix('[')
-        .and_then(|v6| v6.strip_suffix(']'))
-        .unwrap_or(s);
-    ip.parse::<IpAddr>()
-        .map(|ip| SocketAddr::new(ip, ECHO_PORT))
-        .map_err(|_| {
-            format!("{s} is not an address: write ADDR or ADDR:PORT, e.g. 10.99.0.2 (port {ECHO_PORT}) or 10.99.0.2:7777")
-        })
+    Ok(match a {
+        // The scope of a link-local server is kept: it must be --iface's.
+        SocketAddr::V6(v6) if ip.is_ipv6() => SocketAddr::V6(v6),
+        _ => SocketAddr::new(ip, a.port()),
+    })
 }
 
 /// Digits of the sequence number that ends each datagram's payload.
@@ -245,7 +267,13 @@ fn run_in_bed(name: &str, args: &Args) -> Result<()> {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &bed.netns])
         .arg(exe)
-        .args(["udp-ping", "--iface", &bed.local_if, "--src", &bed.local_v4])
+        .args(["udp-ping", "--iface", &bed.local_if, "--src"])
+        // The bed's address of the server's family.
+        .arg(if args.dst.is_ipv6() {
+            &bed.local_v6
+        } else {
+            &bed.local_v4
+        })
         .args([
             "--peer-mac",
             &bed.peer_mac,
@@ -280,7 +308,8 @@ fn neighbour_mac(dev: &str, ip: IpAddr) -> Result<[u8; 6]> {
     if let Some(m) = lookup() {
         return Ok(m);
     }
-    let _ = netns::run("ping", &["-c", "1", "-W", "1", &ip.to_string()]);
+    // Out of `dev` (`-I`): a link-local address has no meaning without it.
+    let _ = netns::run("ping", &["-c", "1", "-W", "1", "-I", dev, &ip.to_string()]);
     lookup().with_context(|| {
         format!("no MAC for {ip} in the neighbour table of {dev} (`ip neigh`); pass --peer-mac")
     })
@@ -299,10 +328,27 @@ struct Outcome {
     stray: u64,
 }
 
+/// The datagrams' IP header, of the server's family.
+#[derive(Debug, Clone, Copy)]
+enum IpHeader {
+    V4(Ipv4Repr),
+    V6(Ipv6Repr),
+}
+
+impl IpHeader {
+    /// The server's address.
+    fn server(&self) -> IpAddr {
+        match self {
+            IpHeader::V4(ip) => IpAddr::V4(ip.dst_addr),
+            IpHeader::V6(ip) => IpAddr::V6(ip.dst_addr),
+        }
+    }
+}
+
 struct Pinger {
     sender: bool,
     eth: EthernetRepr,
-    ip: Ipv4Repr,
+    ip: IpHeader,
     udp: UdpRepr,
     /// The payloads' common start ([`payload`]).
     prefix: Vec<u8>,
@@ -315,7 +361,7 @@ impl QueueHandler for Pinger {
         // the worker's `dropped`.
         if let Ok(f) = parse_frame(&buf[..len]) {
             if let (Transport::Udp { src_port, dst_port }, Some(ips)) = (f.transport, f.ip_pair()) {
-                let from_peer = ips.src() == IpAddr::V4(self.ip.dst_addr)
+                let from_peer = ips.src() == self.ip.server()
                     && src_port == self.udp.dst_port
                     && dst_port == self.udp.src_port;
                 if from_peer {
@@ -352,10 +398,16 @@ impl QueueHandler for Pinger {
         let payload = payload(&self.prefix, o.sent_at.len());
         let (eth, ip, udp) = (&self.eth, &self.ip, &self.udp);
         let sent = tx.send_with(|buf| {
-            let end = ETH_IPV4_UDP_PAYLOAD_OFFSET + payload.len();
-            buf.get_mut(ETH_IPV4_UDP_PAYLOAD_OFFSET..end)?
+            let at = match ip {
+                IpHeader::V4(_) => ETH_IPV4_UDP_PAYLOAD_OFFSET,
+                IpHeader::V6(_) => ETH_IPV6_UDP_PAYLOAD_OFFSET,
+            };
+            buf.get_mut(at..at + payload.len())?
                 .copy_from_slice(&payload);
-            emit_eth_ipv4_udp(buf, eth, ip, udp, payload.len()).ok()
+            match ip {
+                IpHeader::V4(ip) => emit_eth_ipv4_udp(buf, eth, ip, udp, payload.len()).ok(),
+                IpHeader::V6(ip) => emit_eth_ipv6_udp(buf, eth, ip, udp, payload.len()).ok(),
+            }
         });
         if sent {
             o.sent_at.push(now);
@@ -368,11 +420,27 @@ fn run_here(args: &Args) -> Result<()> {
         .iface
         .as_deref()
         .context("--iface (or --bed) is needed")?;
-    let src = args.src.context("--src (or --bed) is needed")?;
-    let IpAddr::V4(dst_ip) = args.dst.ip() else {
-        bail!("udp-ping sends IPv4 only; --dst {} is IPv6", args.dst);
-    };
+    // An IPv4-mapped --src is the IPv4 address (as --dst's is).
+    let src = args
+        .src
+        .context("--src (or --bed) is needed")?
+        .to_canonical();
+    if src.is_ipv4() != args.dst.is_ipv4() {
+        bail!(
+            "--src {src} and --dst {} are of two families: give --src the interface's address of --dst's family",
+            args.dst
+        );
+    }
     let info = InterfaceInfo::read(std::path::Path::new("/sys"), iface)?;
+    if let SocketAddr::V6(d) = args.dst {
+        if d.scope_id() != 0 && d.scope_id() != info.ifindex {
+            bail!(
+                "--dst {d} is scoped to interface {}, not to {iface} ({}): drop the %scope or name {iface}'s",
+                d.scope_id(),
+                info.ifindex
+            );
+        }
+    }
     if u32::from(args.queue) >= info.rx_queues {
         bail!(
             "{iface} has {} receive queues; --queue {} does not exist",
@@ -394,7 +462,7 @@ fn run_here(args: &Args) -> Result<()> {
     let (lo, hi) = EPHEMERAL;
     let sport = state
         .choose_source_port(
-            IpAddr::V4(src),
+            src,
             args.dst.ip(),
             args.dst.port(),
             Protocol::Udp,
@@ -411,7 +479,7 @@ fn run_here(args: &Args) -> Result<()> {
         })?;
     let reply_flow = flowlane_numa_sched::FlowTuple {
         src: args.dst.ip(),
-        dst: IpAddr::V4(src),
+        dst: src,
         src_port: args.dst.port(),
         dst_port: sport,
         protocol: Protocol::Udp,
@@ -436,9 +504,11 @@ fn run_here(args: &Args) -> Result<()> {
     config.node_cpus = placed.node_cpus.clone();
     config.ephemeral = Some(EPHEMERAL);
     // The replies come to `--src` only: the interface's other addresses,
-    // and IPv6, stay the kernel's.
-    config.local_v4 = LocalAddress::Only(src);
-    config.local_v6 = LocalAddress::Unclaimed;
+    // and the other family, stay the kernel's.
+    (config.local_v4, config.local_v6) = match src {
+        IpAddr::V4(v4) => (LocalAddress::Only(v4), LocalAddress::Unclaimed),
+        IpAddr::V6(v6) => (LocalAddress::Unclaimed, LocalAddress::Only(v6)),
+    };
     let prefix = run_prefix(args.queue, sport, run_nonce());
     let payload_len = prefix.len() + SEQ_DIGITS;
     let eth = EthernetRepr {
@@ -447,7 +517,15 @@ fn run_here(args: &Args) -> Result<()> {
         vlan: Default::default(),
         ethertype: EtherType::Ipv4,
     };
-    let ip = Ipv4Repr::new(src, dst_ip, IpProtocol::Udp, 8 + payload_len);
+    let ip = match (src, args.dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            IpHeader::V4(Ipv4Repr::new(s, d, IpProtocol::Udp, 8 + payload_len))
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            IpHeader::V6(Ipv6Repr::new(s, d, IpProtocol::Udp, 8 + payload_len))
+        }
+        _ => unreachable!("the families were checked above"),
+    };
     let udp = UdpRepr {
         src_port: sport,
         dst_port: args.dst.port(),
@@ -517,11 +595,10 @@ fn run_here(args: &Args) -> Result<()> {
         outln!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         outln!(
-            "queue {} (CPU {}) sent {}:{} -> {}; reply on queue {} (predicted {}), {} us, payload {}",
+            "queue {} (CPU {}) sent {} -> {}; reply on queue {} (predicted {}), {} us, payload {}",
             r.queue,
             r.cpu,
-            src,
-            r.sport,
+            SocketAddr::new(src, r.sport),
             args.dst,
             r.reply_queue,
             r.predicted_queue,
@@ -546,6 +623,32 @@ mod tests {
         assert_eq!(a("[fd99::2]:9"), "[fd99::2]:9");
         let e = echo_server("10.99.0.2:x").unwrap_err();
         assert!(e.starts_with("10.99.0.2:x is not an address"), "{e}");
+    }
+
+    #[test]
+    fn dst_mapped_is_the_ipv4_server_and_a_scope_is_kept() {
+        let a = |s: &str| echo_server(s).unwrap();
+        assert_eq!(a("[::ffff:10.99.0.2]:9000").to_string(), "10.99.0.2:9000");
+        assert!(a("::ffff:10.99.0.2").is_ipv4());
+        assert_eq!(a("[fe80::2%7]:9000").to_string(), "[fe80::2%7]:9000");
+    }
+
+    #[test]
+    fn dst_of_no_one_server_is_refused() {
+        for s in [
+            "[ff02::1]:7",
+            "224.0.0.1",
+            "255.255.255.255:9",
+            "[::]:7",
+            "0.0.0.0",
+            "[::ffff:224.0.0.1]:7",
+        ] {
+            let e = echo_server(s).unwrap_err();
+            assert_eq!(
+                e,
+                format!("{s} is not a unicast address: udp-ping pings one echo server, give its address")
+            );
+        }
     }
 
     #[test]
@@ -622,7 +725,7 @@ mod tests {
                 vlan: Default::default(),
                 ethertype: EtherType::Ipv4,
             },
-            ip: Ipv4Repr::new(us, server, IpProtocol::Udp, 0),
+            ip: IpHeader::V4(Ipv4Repr::new(us, server, IpProtocol::Udp, 0)),
             udp: UdpRepr {
                 src_port: 40000,
                 dst_port: 7777,

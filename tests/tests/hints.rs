@@ -60,7 +60,7 @@ impl KernelEcho {
     fn start(bed: &Bed, addr: &str, port: u16) -> KernelEcho {
         let script = format!(
             "import socket,sys\n\
-             s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
+             s=socket.socket(socket.AF_INET6 if ':' in '{addr}' else socket.AF_INET,socket.SOCK_DGRAM)\n\
              s.bind(('{addr}',{port}))\n\
              print('ready',flush=True)\n\
              while True:\n    d,a=s.recvfrom(4096); s.sendto(d,a)\n"
@@ -253,8 +253,25 @@ fn active_open_with_the_source_port_chooser_gets_replies_on_the_callers_queue() 
     if !require_root("active_open_with_the_source_port_chooser_gets_replies_on_the_callers_queue") {
         return;
     }
-    let bed = Bed::up("ping", 4);
-    let _server = KernelEcho::start(&bed, "10.99.0.2", 9000);
+    pings_come_back_on_the_callers_queue("ping", "10.99.0.2", "10.99.0.2:9000");
+}
+
+/// The same over IPv6: `udp-ping --dst [fd99::2]:9000` sends from the
+/// bed's fd99::1 (it refused IPv6, "udp-ping sends IPv4 only").
+#[test]
+fn active_open_over_ipv6_gets_replies_on_the_callers_queue() {
+    if !require_root("active_open_over_ipv6_gets_replies_on_the_callers_queue") {
+        return;
+    }
+    pings_come_back_on_the_callers_queue("ping6", "fd99::2", "[fd99::2]:9000");
+}
+
+/// udp-ping from each of a 4-queue bed's queues, three rounds, to a kernel
+/// echo server at `server` in the peer namespace (`dst`: how --dst names
+/// it): each reply on the queue that sent, as predicted.
+fn pings_come_back_on_the_callers_queue(tag: &str, server: &str, dst: &str) {
+    let bed = Bed::up(tag, 4);
+    let _server = KernelEcho::start(&bed, server, 9000);
     let mut ports = BTreeSet::new();
     for round in 0..3 {
         for q in 0..4u64 {
@@ -265,7 +282,7 @@ fn active_open_with_the_source_port_chooser_gets_replies_on_the_callers_queue() 
                 "--queue",
                 &q.to_string(),
                 "--dst",
-                "10.99.0.2:9000",
+                dst,
                 "--json",
             ]);
             assert!(o.status.success(), "round {round} queue {q}: {}", text(&o));
