@@ -58,6 +58,14 @@ pub struct DataPathArgs {
     /// more per queue, 131072 gives each a larger window (BENCHMARKS.md).
     #[arg(long, value_name = "N", value_parser = frames_per_queue)]
     pub frames_per_queue: Option<u32>,
+    /// Send memory of every queue (flowlane's TCP) or core (kernel
+    /// sockets), in MiB from 1 to 65536: the bytes written and not yet
+    /// acknowledged (not yet taken by the socket) its connections hold
+    /// together. Past it a write is cut short and the connection hears
+    /// `Writable` when memory is given back (`tx_memory_waits` counts
+    /// them). Default 256 MiB. Held as bytes.
+    #[arg(long, value_name = "MIB", value_parser = send_memory)]
+    pub send_memory: Option<usize>,
     /// Copy every received TCP payload into the connection's buffer and
     /// give its frame back at once, instead of leaving full-sized in-order
     /// payload in its frame until the application reads it (zero-copy
@@ -325,6 +333,25 @@ pub fn frames_per_queue(text: &str) -> std::result::Result<u32, String> {
         })
 }
 
+/// The largest `--send-memory`, in MiB (64 GiB).
+pub const SEND_MEMORY_MAX_MIB: usize = 65536;
+
+/// `--send-memory MIB`: a queue's send memory, in MiB from 1 to
+/// [`SEND_MEMORY_MAX_MIB`]; the bytes.
+pub fn send_memory(text: &str) -> std::result::Result<usize, String> {
+    text.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=SEND_MEMORY_MAX_MIB).contains(n))
+        .map(|n| n << 20)
+        .ok_or_else(|| {
+            format!(
+                "must be a number of MiB from 1 to {SEND_MEMORY_MAX_MIB} \
+                 (send memory per queue; default 256)"
+            )
+        })
+}
+
 /// `--table-size N`: entries of an indirection table, a power of two from 1
 /// to 65536.
 pub fn table_size(text: &str) -> std::result::Result<usize, String> {
@@ -525,6 +552,18 @@ mod tests {
     }
 
     #[test]
+    fn send_memory_flag() {
+        let parse = |args: &[&str]| {
+            Cmd::try_parse_from(std::iter::once("svc").chain(args.iter().copied()))
+                .map(|c| c.data_path.send_memory)
+        };
+        assert_eq!(parse(&[]).unwrap(), None);
+        assert_eq!(parse(&["--send-memory", "8"]).unwrap(), Some(8 << 20));
+        let e = parse(&["--send-memory", "0"]).unwrap_err().to_string();
+        assert!(e.contains("MiB from 1 to"), "{e}");
+    }
+
+    #[test]
     fn rss_flags_go_together() {
         let mut a = DataPathArgs::default();
         assert!(a.rss_settings().unwrap().is_none());
@@ -533,6 +572,21 @@ mod tests {
         a.rss_table = Some(vec![0, 1]);
         let s = a.rss_settings().unwrap().unwrap();
         assert_eq!(s.key, vec![0x6d, 0x5a, 0x56, 0xda]);
+    }
+
+    #[test]
+    fn send_memory_is_mib_from_1_to_the_maximum() {
+        assert_eq!(send_memory("1"), Ok(1 << 20));
+        assert_eq!(send_memory(" 64 "), Ok(64 << 20));
+        assert_eq!(
+            send_memory(&SEND_MEMORY_MAX_MIB.to_string()),
+            Ok(SEND_MEMORY_MAX_MIB << 20)
+        );
+        for bad in ["0", "65537", "-1", "1.5", "64M", ""] {
+            let why = send_memory(bad).unwrap_err();
+            assert!(why.contains("MiB from 1 to 65536"), "{bad:?}: {why}");
+            assert!(!why.contains('\n'), "{bad:?}: one line");
+        }
     }
 
     #[test]

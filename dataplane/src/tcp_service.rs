@@ -64,6 +64,9 @@ pub struct TcpServiceConfig {
     pub busy_poll: bool,
     /// UMEM frames per queue (None: [`RingSizes::DEFAULT_FRAMES`]).
     pub frames_per_queue: Option<u32>,
+    /// Send memory of each queue's stack in bytes (`--send-memory`; None:
+    /// [`flowlane_tcp::Config::send_memory`]'s default).
+    pub send_memory: Option<usize>,
     /// Leave received payload in its frame until read (zero-copy
     /// receive; `--copy-receive` turns it off).
     pub zero_copy_receive: bool,
@@ -98,6 +101,7 @@ impl TcpServiceConfig {
             neighbors: Neighbors::new(),
             busy_poll: false,
             frames_per_queue: None,
+            send_memory: None,
             zero_copy_receive: true,
             msl: None,
             congestion: flowlane_tcp::CongestionAlgorithm::default(),
@@ -315,6 +319,9 @@ impl TcpService {
             tcp.tcp.msl = msl;
         }
         tcp.tcp.congestion = config.congestion;
+        if let Some(bytes) = config.send_memory {
+            tcp.tcp.send_memory = bytes;
+        }
         tcp.tcp.ecn = config.ecn;
         // What the interface's MTU carries, not Ethernet's 1460 whatever the
         // link: a peer told 1460 on a 1280-byte link sends frames the NIC

@@ -894,6 +894,7 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     config.active = connect_to.is_some();
     config.busy_poll = c.data_path.busy_poll;
     config.frames_per_queue = c.data_path.frames_per_queue;
+    config.send_memory = c.data_path.send_memory;
     config.zero_copy_receive = !c.data_path.copy_receive;
     config.congestion = c.data_path.congestion.algorithm();
     config.ecn = c.data_path.ecn.mode();
@@ -1091,7 +1092,13 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     let config = KernelConfig {
         cores: placed.cores(),
         listen_on: listen_addresses(),
-        limits: Limits::default(),
+        limits: Limits {
+            tx_memory: c
+                .data_path
+                .send_memory
+                .unwrap_or(Limits::default().tx_memory),
+            ..Limits::default()
+        },
     };
     let done_tx = Mutex::new(results.sender());
     let service = KernelService::start(config, move |core| {
