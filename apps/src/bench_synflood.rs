@@ -14,8 +14,10 @@
 //! (the peer's MAC) for each forged source, added after flowlane has read
 //! the kernel's table. A forged address belongs to nobody on the peer side:
 //! the peer's kernel drops the SYN-ACKs it receives for them (forwarding is
-//! off) and counts them (`Ip.InAddrErrors`), which is how the SYN-ACKs that
-//! came back are counted.
+//! off) and counts them (`Ip.InAddrErrors`, over IPv6 `Ip6.InAddrErrors`),
+//! which is how the SYN-ACKs that came back are counted. The family of
+//! `--sources` is the flood's: IPv6 sources flood the bed's fd99::1 (the
+//! legitimate client fd99::3, the no-listener address fd99::4).
 //!
 //! Per round and rate, three phases of one warm-up second and `--seconds`
 //! measured: the flood to an address nobody has (the kernel of the bed
@@ -34,7 +36,7 @@
 //! another address of the peer, one byte echoed, timed.
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -69,7 +71,9 @@ pub struct Args {
     pub rounds: usize,
     /// The forged source addresses, `FIRST-LAST`: on-link, inside the bed's
     /// 10.99.0.0/24 and above 10.99.0.4 (.1 is the bed, .2 the peer, .3 the
-    /// legitimate client, .4 the address nobody has).
+    /// legitimate client, .4 the address nobody has); or IPv6, an IPv6
+    /// flood: at most 250 inside fd99::5-fd99::ffff:ffff (the same roles
+    /// for fd99::1 to ::4).
     #[arg(long, default_value = "10.99.0.100-10.99.0.250")]
     pub sources: Sources,
     /// Print every run and the medians as JSON.
@@ -85,6 +89,13 @@ const KERNEL_PORT: u16 = 8007;
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 3);
 /// An on-link address nobody has: the no-listener phase floods it.
 const NOBODY: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 4);
+/// [`CLIENT`] of an IPv6 flood.
+const CLIENT_V6: Ipv6Addr = Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 3);
+/// [`NOBODY`] of an IPv6 flood.
+const NOBODY_V6: Ipv6Addr = Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 4);
+/// The most forged IPv6 sources (each a neighbour entry in the bed's
+/// kernel; IPv4's /24 allows as many).
+const MAX_V6_SOURCES: u32 = 250;
 /// Port of the no-listener phase (no one's: the frames go to the kernel).
 const NOBODY_PORT: u16 = 9;
 /// Warm-up before each measured window.
@@ -107,11 +118,13 @@ pub enum Target {
 impl Target {
     const ALL: [Target; 3] = [Target::Nobody, Target::Flowlane, Target::Kernel];
 
-    fn addr(self, bed: Ipv4Addr) -> SocketAddrV4 {
+    /// Where the flood goes, `bed` being the bed's address of the flood's
+    /// family.
+    fn addr(self, bed: IpAddr) -> SocketAddr {
         match self {
-            Target::Nobody => SocketAddrV4::new(NOBODY, NOBODY_PORT),
-            Target::Flowlane => SocketAddrV4::new(bed, FLOWLANE_PORT),
-            Target::Kernel => SocketAddrV4::new(bed, KERNEL_PORT),
+            Target::Nobody => SocketAddr::new(family_addr(bed, NOBODY, NOBODY_V6), NOBODY_PORT),
+            Target::Flowlane => SocketAddr::new(bed, FLOWLANE_PORT),
+            Target::Kernel => SocketAddr::new(bed, KERNEL_PORT),
         }
     }
 
@@ -137,9 +150,30 @@ const FLOWLANE_COUNTERS: &[&str] = &[
     "resets_out",
 ];
 
-/// The kernel's counters shown per phase (the bed's namespace).
+/// `v4` or `v6`, of `like`'s family.
+fn family_addr(like: IpAddr, v4: Ipv4Addr, v6: Ipv6Addr) -> IpAddr {
+    if like.is_ipv4() {
+        v4.into()
+    } else {
+        v6.into()
+    }
+}
+
+/// The counter of segments to an address the namespace does not have (it
+/// forwards nothing), of `like`'s family.
+fn addr_errors(like: IpAddr) -> &'static str {
+    if like.is_ipv4() {
+        "Ip.InAddrErrors"
+    } else {
+        "Ip6.InAddrErrors"
+    }
+}
+
+/// The kernel's counters shown per phase (the bed's namespace; the TCP
+/// ones count both families).
 const KERNEL_COUNTERS: &[&str] = &[
     "Ip.InAddrErrors",
+    "Ip6.InAddrErrors",
     "Tcp.InSegs",
     "Tcp.OutSegs",
     "Tcp.PassiveOpens",
@@ -168,10 +202,11 @@ pub struct Run {
     pub syns_per_s: f64,
     /// SYNs that reached their target per second (flowlane: its
     /// `segments_in`; the kernel: the bed's `Tcp.InSegs`; nobody: the bed's
-    /// `Ip.InAddrErrors`).
+    /// `Ip.InAddrErrors`, over IPv6 `Ip6.InAddrErrors`).
     pub delivered_per_s: f64,
     /// Segments to the forged addresses that reached the peer per second
-    /// (its `Ip.InAddrErrors`): the SYN-ACKs that came back.
+    /// (its `Ip.InAddrErrors`, over IPv6 `Ip6.InAddrErrors`): the SYN-ACKs
+    /// that came back.
     pub synacks_per_s: f64,
     /// SYN-ACKs with a SYN cookie the target sent per second (flowlane's
     /// `syn_cookies_sent`, the kernel's `TcpExt.SyncookiesSent`).
@@ -435,10 +470,12 @@ impl Setup<'_> {
     }
 
     fn phase(&self, round: usize, rate: Rate, target: Target) -> Result<Run> {
-        let local: Ipv4Addr = self.bed.local_v4.parse()?;
+        let local = bed_address(self.bed, self.sources.first)?;
         let frame = crate::syn_flood_bed::syn_frame(self.bed, &self.sources, target.addr(local))?;
-        let client = (target != Target::Nobody)
-            .then(|| Client::start(&self.bed.peer_netns, CLIENT, target.addr(local)));
+        let client = (target != Target::Nobody).then(|| {
+            let from = family_addr(local, CLIENT, CLIENT_V6);
+            Client::start(&self.bed.peer_netns, from, target.addr(local))
+        });
         self.flood.flood(frame, rate)?;
         std::thread::sleep(WARM_UP);
         let a = self.snapshot()?;
@@ -452,6 +489,7 @@ impl Setup<'_> {
                 round,
                 rate,
                 target,
+                addr_errors: addr_errors(local),
             },
             &a,
             &b,
@@ -465,6 +503,8 @@ struct Phase {
     round: usize,
     rate: Rate,
     target: Target,
+    /// The flood's family's [`addr_errors`] counter.
+    addr_errors: &'static str,
 }
 
 /// A phase's figures from the snapshots at the edges of its window.
@@ -473,6 +513,7 @@ fn figures(p: Phase, a: &Snapshot, b: &Snapshot, connects_ms: Vec<Option<f64>>) 
         round,
         rate,
         target,
+        addr_errors,
     } = p;
     let dt = b.at.duration_since(a.at).as_secs_f64();
     let syns = b.sent.saturating_sub(a.sent).max(1) as f64;
@@ -497,7 +538,7 @@ fn figures(p: Phase, a: &Snapshot, b: &Snapshot, connects_ms: Vec<Option<f64>>) 
         .map(|k| (k.to_string(), net_counters::delta(&a.bed, &b.bed, k)))
         .collect();
     let (delivered, cookies) = match target {
-        Target::Nobody => (kernel["Ip.InAddrErrors"], 0),
+        Target::Nobody => (kernel[addr_errors], 0),
         Target::Flowlane => (flowlane["segments_in"], flowlane["syn_cookies_sent"]),
         Target::Kernel => (kernel["Tcp.InSegs"], kernel["TcpExt.SyncookiesSent"]),
     };
@@ -509,7 +550,7 @@ fn figures(p: Phase, a: &Snapshot, b: &Snapshot, connects_ms: Vec<Option<f64>>) 
         load_1min: a.load_1min,
         syns_per_s: syns / dt,
         delivered_per_s: delivered as f64 / dt,
-        synacks_per_s: net_counters::delta(&a.peer, &b.peer, "Ip.InAddrErrors") as f64 / dt,
+        synacks_per_s: net_counters::delta(&a.peer, &b.peer, addr_errors) as f64 / dt,
         cookies_per_s: cookies as f64 / dt,
         peer_rx_per_s: b.peer_rx.saturating_sub(a.peer_rx) as f64 / dt,
         machine_ns_per_syn: per_syn(used),
@@ -625,15 +666,44 @@ fn check(args: &Args) -> Result<()> {
     if args.rates.is_empty() || args.seconds == 0 || args.rounds == 0 {
         bail!("--rates, --seconds and --rounds must each be at least one");
     }
-    let lowest = Ipv4Addr::new(10, 99, 0, 5);
-    let highest = Ipv4Addr::new(10, 99, 0, 254);
-    if args.sources.first < lowest || args.sources.last > highest {
+    let (first, last) = (args.sources.first, args.sources.last);
+    let (lowest, highest, net): (IpAddr, IpAddr, _) = match first {
+        IpAddr::V4(_) => (
+            Ipv4Addr::new(10, 99, 0, 5).into(),
+            Ipv4Addr::new(10, 99, 0, 254).into(),
+            "10.99.0.0/24",
+        ),
+        IpAddr::V6(_) => (
+            Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0, 5).into(),
+            Ipv6Addr::new(0xfd99, 0, 0, 0, 0, 0, 0xffff, 0xffff).into(),
+            "fd99::/64",
+        ),
+    };
+    if first < lowest || last > highest {
         bail!(
-            "--sources must lie within {lowest}-{highest} (on-link in the bed's 10.99.0.0/24, \
+            "--sources must lie within {lowest}-{highest} (on-link in the bed's {net}, \
              clear of the bed, the peer, the legitimate client and the no-listener address)"
         );
     }
+    if first.is_ipv6() && args.sources.count() > MAX_V6_SOURCES {
+        bail!(
+            "--sources {first}-{last} is {} addresses: give at most {MAX_V6_SOURCES} (each is a \
+             neighbour entry in the bed's kernel)",
+            args.sources.count()
+        );
+    }
     Ok(())
+}
+
+/// The bed's address of `like`'s family.
+fn bed_address(bed: &BedState, like: IpAddr) -> Result<IpAddr> {
+    let a = if like.is_ipv4() {
+        &bed.local_v4
+    } else {
+        &bed.local_v6
+    };
+    a.parse()
+        .with_context(|| format!("the bed's address {a:?} is not an address"))
 }
 
 /// Brings the servers, the client address and the generator up on `bed`
@@ -669,18 +739,20 @@ fn measure(bed: &BedState, args: &Args, gen_cpu: u32) -> Result<(Vec<Run>, Strin
             "permanent",
         ])?;
     }
-    // `replace`: a bed an earlier run left may have it already.
-    netns::ip(&[
-        "-n",
-        &bed.peer_netns,
-        "addr",
-        "replace",
-        &format!("{CLIENT}/24"),
-        "dev",
-        &bed.peer_if,
-    ])?;
-    let local: Ipv4Addr = bed.local_v4.parse()?;
-    let _kernel = KernelEcho::start(&bed.netns, SocketAddrV4::new(local, KERNEL_PORT))?;
+    let local = bed_address(bed, args.sources.first)?;
+    // `replace`: a bed an earlier run left may have it already. `nodad`:
+    // an IPv6 address is usable at once, not tentative for a second or two.
+    let client = match family_addr(local, CLIENT, CLIENT_V6) {
+        IpAddr::V4(a) => format!("{a}/24"),
+        IpAddr::V6(a) => format!("{a}/64"),
+    };
+    let mut add = vec!["-n", &bed.peer_netns, "addr", "replace", &client];
+    add.extend(["dev", &bed.peer_if]);
+    if local.is_ipv6() {
+        add.push("nodad");
+    }
+    netns::ip(&add)?;
+    let _kernel = KernelEcho::start(&bed.netns, SocketAddr::new(local, KERNEL_PORT))?;
     let flood = Flood::start(bed, &args.sources, gen_cpu)?;
     let setup = Setup {
         bed,
@@ -940,5 +1012,12 @@ mod tests {
         assert!(check(&args("10.99.0.3-10.99.0.250")).is_err());
         assert!(check(&args("10.99.0.100-10.99.1.5")).is_err());
         assert!(check(&args("10.98.0.100")).is_err());
+        assert!(check(&args("fd99::100-fd99::1f9")).is_ok());
+        assert!(check(&args("fd99::5")).is_ok());
+        assert!(check(&args("fd99::4-fd99::100")).is_err());
+        assert!(check(&args("fd98::100-fd98::101")).is_err());
+        assert!(check(&args("fd99:0:0:1::100")).is_err());
+        let e = check(&args("fd99::100-fd99::1fa")).unwrap_err().to_string();
+        assert!(e.contains("is 251 addresses: give at most 250"), "{e}");
     }
 }

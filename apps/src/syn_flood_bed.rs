@@ -6,7 +6,7 @@
 //! connects every half second and times its connect and echo.
 
 use std::io::{Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd as _;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,13 +19,14 @@ use anyhow::{anyhow, bail, Context, Result};
 use flowlane_dataplane::iface::parse_mac;
 use flowlane_testbed::trafficgen::{FrameCounter, Generator, SynFlood};
 use flowlane_testbed::{self as testbed, netns, BedState};
-use flowlane_wire::packet::emit_eth_ipv4_tcp_headers;
+use flowlane_wire::packet::{emit_eth_ipv4_tcp_headers, emit_eth_ipv6_tcp_headers};
 use flowlane_wire::{
-    EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, TcpFlags, TcpOptions, TcpRepr,
+    EtherType, EthernetAddress, EthernetRepr, IpProtocol, Ipv4Repr, Ipv6Repr, TcpFlags, TcpOptions,
+    TcpRepr,
 };
 use nix::sys::socket::{
     bind, connect, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
-    SockaddrIn,
+    SockaddrStorage,
 };
 use nix::sys::time::TimeVal;
 
@@ -63,25 +64,46 @@ impl std::fmt::Display for Rate {
     }
 }
 
-/// The forged sources of a flood: an inclusive range of IPv4 addresses
-/// (`A-B`, or one address).
+/// The forged sources of a flood: an inclusive range of IPv4 or of IPv6
+/// addresses (`A-B`, or one address). An IPv6 range differs in its last 32
+/// bits only (the generator rewrites those).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sources {
     /// The first address.
-    pub first: Ipv4Addr,
-    /// The last address (inclusive).
-    pub last: Ipv4Addr,
+    pub first: IpAddr,
+    /// The last address (inclusive), of the first's family.
+    pub last: IpAddr,
 }
 
 impl Sources {
+    /// The first and last address as numbers (IPv4: 32 bits, IPv6: 128).
+    fn bounds(&self) -> (u128, u128) {
+        let n = |a: IpAddr| match a {
+            IpAddr::V4(a) => u128::from(u32::from(a)),
+            IpAddr::V6(a) => u128::from(a),
+        };
+        (n(self.first), n(self.last))
+    }
+
     /// How many addresses.
     pub fn count(&self) -> u32 {
-        u32::from(self.last) - u32::from(self.first) + 1
+        let (first, last) = self.bounds();
+        // Parsing keeps an IPv6 range within its last 32 bits: all 2^32 of
+        // them count as u32::MAX (never 0).
+        u32::try_from(last - first + 1).unwrap_or(u32::MAX)
     }
 
     /// Every address, in order.
-    pub fn addresses(&self) -> impl Iterator<Item = Ipv4Addr> {
-        (u32::from(self.first)..=u32::from(self.last)).map(Ipv4Addr::from)
+    pub fn addresses(&self) -> impl Iterator<Item = IpAddr> {
+        let (first, last) = self.bounds();
+        let v4 = self.first.is_ipv4();
+        (first..=last).map(move |n| {
+            if v4 {
+                IpAddr::from(std::net::Ipv4Addr::from(n as u32))
+            } else {
+                IpAddr::from(std::net::Ipv6Addr::from(n))
+            }
+        })
     }
 }
 
@@ -92,14 +114,28 @@ impl FromStr for Sources {
         let (a, b) = s.split_once('-').unwrap_or((s, s));
         let parse = |x: &str| {
             x.trim()
-                .parse::<Ipv4Addr>()
-                .map_err(|_| format!("{x:?} is not an IPv4 address"))
+                .parse::<IpAddr>()
+                .map_err(|_| format!("{x:?} is not an IPv4 or IPv6 address"))
         };
-        let (first, last) = (parse(a)?, parse(b)?);
+        let r = Sources {
+            first: parse(a)?,
+            last: parse(b)?,
+        };
+        if r.first.is_ipv4() != r.last.is_ipv4() {
+            return Err(format!(
+                "{s:?}: the first and last address are of two families; give both IPv4 or both IPv6"
+            ));
+        }
+        let (first, last) = r.bounds();
         if last < first {
             return Err(format!("{s:?}: the last address comes before the first"));
         }
-        Ok(Sources { first, last })
+        if first >> 32 != last >> 32 {
+            return Err(format!(
+                "{s:?}: an IPv6 range may differ in its last 32 bits only (e.g. fd99::100-fd99::200)"
+            ));
+        }
+        Ok(r)
     }
 }
 
@@ -107,10 +143,11 @@ impl FromStr for Sources {
 pub const FIRST_PORT: u16 = 1024;
 
 /// The SYN the generator starts from: from the peer's MAC to the bed's,
-/// from `sources.first` port [`FIRST_PORT`] to `to`, ISN 0, with the
-/// options Linux sends (MSS 1460, SACK permitted, timestamps, window scale
-/// 7); the generator rewrites source, port and ISN per frame.
-pub fn syn_frame(bed: &BedState, sources: &Sources, to: SocketAddrV4) -> Result<Vec<u8>> {
+/// from `sources.first` port [`FIRST_PORT`] to `to` (of the sources'
+/// family), ISN 0, with the options Linux sends (MSS 1460, SACK permitted,
+/// timestamps, window scale 7); the generator rewrites source, port and ISN
+/// per frame.
+pub fn syn_frame(bed: &BedState, sources: &Sources, to: SocketAddr) -> Result<Vec<u8>> {
     let mac = |s: &str| {
         parse_mac(s)
             .map(EthernetAddress)
@@ -132,16 +169,30 @@ pub fn syn_frame(bed: &BedState, sources: &Sources, to: SocketAddrV4) -> Result<
             ..TcpOptions::default()
         },
     };
-    let mut buf = vec![0u8; 14 + 20 + tcp.header_len()];
-    let tcp_len = tcp.emit(&mut buf[34..])?;
+    let ip_len = if to.is_ipv4() { 20 } else { 40 };
+    let mut buf = vec![0u8; 14 + ip_len + tcp.header_len()];
+    let tcp_len = tcp.emit(&mut buf[14 + ip_len..])?;
     let eth = EthernetRepr {
         dst_addr: mac(&bed.local_mac)?,
         src_addr: mac(&bed.peer_mac)?,
         vlan: Default::default(),
+        // The emitters set it.
         ethertype: EtherType::Ipv4,
     };
-    let ip = Ipv4Repr::new(sources.first, *to.ip(), IpProtocol::Tcp, tcp_len);
-    let len = emit_eth_ipv4_tcp_headers(&mut buf, &eth, &ip, tcp_len)?;
+    let len = match (sources.first, to.ip()) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            let ip = Ipv4Repr::new(src, dst, IpProtocol::Tcp, tcp_len);
+            emit_eth_ipv4_tcp_headers(&mut buf, &eth, &ip, tcp_len)?
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            let ip = Ipv6Repr::new(src, dst, IpProtocol::Tcp, tcp_len);
+            emit_eth_ipv6_tcp_headers(&mut buf, &eth, &ip, tcp_len)?
+        }
+        _ => bail!(
+            "the flood's sources ({}) and its target {to} are of two families",
+            sources.first
+        ),
+    };
     buf.truncate(len);
     Ok(buf)
 }
@@ -334,24 +385,23 @@ pub const KERNEL_BACKLOG: i32 = 1024;
 
 impl KernelEcho {
     /// Listens on `at` in the namespace `ns`; returns once it listens.
-    pub fn start(ns: &str, at: SocketAddrV4) -> Result<KernelEcho> {
+    pub fn start(ns: &str, at: SocketAddr) -> Result<KernelEcho> {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = mpsc::channel();
         let (ns, stop2) = (ns.to_string(), stop.clone());
         let thread = std::thread::spawn(move || {
             let _ = netns::in_netns(&ns, move || {
                 let listening = (|| -> Result<std::net::TcpListener> {
-                    let fd = socket(
-                        AddressFamily::Inet,
-                        SockType::Stream,
-                        SockFlag::SOCK_CLOEXEC,
-                        None,
-                    )?;
+                    let fd = socket(family(at), SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
                     setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+                    if at.is_ipv6() {
+                        // IPv6 only: the IPv4 flood's target is another run's.
+                        setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
+                    }
                     // accept(2) gives up after SO_RCVTIMEO: the stop flag is
                     // looked at every 100 ms.
                     setsockopt(&fd, sockopt::ReceiveTimeout, &TimeVal::new(0, 100_000))?;
-                    bind(fd.as_raw_fd(), &SockaddrIn::from(at))
+                    bind(fd.as_raw_fd(), &SockaddrStorage::from(at))
                         .with_context(|| format!("binding {at}"))?;
                     listen(&fd, Backlog::new(KERNEL_BACKLOG)?)?;
                     Ok(std::net::TcpListener::from(fd))
@@ -421,8 +471,8 @@ pub struct Client {
 
 impl Client {
     /// Starts connecting to `to` from `from` (an address of the peer's
-    /// interface) in the namespace `ns`.
-    pub fn start(ns: &str, from: Ipv4Addr, to: SocketAddrV4) -> Client {
+    /// interface, of `to`'s family) in the namespace `ns`.
+    pub fn start(ns: &str, from: IpAddr, to: SocketAddr) -> Client {
         let stop = Arc::new(AtomicBool::new(false));
         let (ns, stop2) = (ns.to_string(), stop.clone());
         let thread = std::thread::spawn(move || {
@@ -474,20 +524,15 @@ impl Drop for Client {
 
 /// One connect from `from` to `to`, one byte echoed, closed; each step
 /// bounded by [`CLIENT_TIMEOUT`] (connect(2) honours SO_SNDTIMEO).
-fn connect_echo(from: Ipv4Addr, to: SocketAddrV4) -> Result<()> {
-    let fd = socket(
-        AddressFamily::Inet,
-        SockType::Stream,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
+fn connect_echo(from: IpAddr, to: SocketAddr) -> Result<()> {
+    let fd = socket(family(to), SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
     let timeout = TimeVal::new(CLIENT_TIMEOUT.as_secs() as _, 0);
     setsockopt(&fd, sockopt::SendTimeout, &timeout)?;
     bind(
         fd.as_raw_fd(),
-        &SockaddrIn::from(SocketAddrV4::new(from, 0)),
+        &SockaddrStorage::from(SocketAddr::new(from, 0)),
     )?;
-    connect(fd.as_raw_fd(), &SockaddrIn::from(to))?;
+    connect(fd.as_raw_fd(), &SockaddrStorage::from(to))?;
     let mut s = TcpStream::from(fd);
     s.set_read_timeout(Some(CLIENT_TIMEOUT))?;
     s.write_all(b"x")?;
@@ -497,6 +542,14 @@ fn connect_echo(from: Ipv4Addr, to: SocketAddrV4) -> Result<()> {
         bail!("the echo came back as {b:?}");
     }
     Ok(())
+}
+
+/// The socket family of `a`.
+fn family(a: SocketAddr) -> AddressFamily {
+    match a {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    }
 }
 
 #[cfg(test)]
@@ -516,18 +569,30 @@ mod tests {
     fn sources_parse() {
         let s: Sources = "10.99.0.100-10.99.0.250".parse().unwrap();
         assert_eq!(s.count(), 151);
-        assert_eq!(s.addresses().last(), Some(Ipv4Addr::new(10, 99, 0, 250)));
+        assert_eq!(s.addresses().last(), "10.99.0.250".parse().ok());
         let one: Sources = "10.99.0.7".parse().unwrap();
         assert_eq!(one.count(), 1);
         assert!("10.99.0.9-10.99.0.8".parse::<Sources>().is_err());
         assert!("10.99.0.x".parse::<Sources>().is_err());
+        let v6: Sources = "fd99::100-fd99::1:ff".parse().unwrap();
+        assert_eq!(v6.count(), 0x1_00ff - 0x100 + 1);
+        assert_eq!(v6.addresses().nth(1), "fd99::101".parse().ok());
+        assert_eq!(v6.addresses().last(), "fd99::1:ff".parse().ok());
+        let all: Sources = "fd99::-fd99::ffff:ffff".parse().unwrap();
+        assert_eq!(all.count(), u32::MAX, "2^32 addresses do not wrap to 0");
+        let e = |s: &str| s.parse::<Sources>().unwrap_err();
+        assert!(e("fd99::200-fd99::100").contains("comes before"));
+        assert!(e("10.99.0.100-fd99::200").contains("two families"));
+        // The generator rewrites the last 32 bits only.
+        assert!(e("fd99::ffff:ffff-fd99::1:0:0").contains("last 32 bits only"));
     }
 
     /// The SYN generator's program, run without sending (BPF_PROG_RUN
     /// without live frames): every frame is a valid SYN (wire's parser
-    /// verifies both checksums) from the next source and port with a new
+    /// verifies the checksums) from the next source and port with a new
     /// ISN, whether the program starts from the frame it wrote last (a
-    /// recycled live frame) or from the original. Needs root (BPF).
+    /// recycled live frame) or from the original; IPv4 and IPv6. Needs root
+    /// (BPF).
     #[test]
     fn the_generator_writes_a_new_valid_syn_every_time() {
         if !nix::unistd::geteuid().is_root() {
@@ -540,9 +605,17 @@ mod tests {
                "local_mac":"02:00:00:00:00:01","peer_mac":"02:00:00:00:00:02","pin_dir":"/nonexistent"}"#,
         )
         .unwrap();
-        let sources: Sources = "10.99.0.100-10.99.0.250".parse().unwrap();
-        let to = SocketAddrV4::new(Ipv4Addr::new(10, 99, 0, 1), 7);
-        let original = syn_frame(&bed, &sources, to).unwrap();
+        for (sources, to) in [
+            ("10.99.0.100-10.99.0.250", "10.99.0.1:7"),
+            // Across a carry in the last 32 bits' low half.
+            ("fd99::ff80-fd99::1:0015", "[fd99::1]:7"),
+        ] {
+            writes_new_valid_syns(&bed, sources.parse().unwrap(), to.parse().unwrap());
+        }
+    }
+
+    fn writes_new_valid_syns(bed: &BedState, sources: Sources, to: SocketAddr) {
+        let original = syn_frame(bed, &sources, to).unwrap();
         let flood = SynFlood {
             first_source: sources.first,
             sources: sources.count(),
@@ -552,30 +625,37 @@ mod tests {
         // The loopback interface: nothing is sent.
         let g = Generator::syn_flood(1, &flood).unwrap();
         let n = 1000u32;
+        let want_sources: Vec<IpAddr> = sources.addresses().collect();
         let mut seen = std::collections::HashSet::new();
         let mut last = original.clone();
         for i in 0..n {
             let from = if i % 7 == 3 { &original } else { &last };
             let out = g.rewrite(from).unwrap();
             let f = flowlane_wire::parse_frame(&out)
-                .unwrap_or_else(|e| panic!("frame {i} does not parse: {e:?}"));
-            let flowlane_wire::Network::Ipv4(ip) = f.network else {
-                panic!("frame {i} is not IPv4");
+                .unwrap_or_else(|e| panic!("{sources:?}: frame {i} does not parse: {e:?}"));
+            let (src, dst) = match f.network {
+                flowlane_wire::Network::Ipv4(ip) => {
+                    (IpAddr::V4(ip.src_addr), IpAddr::V4(ip.dst_addr))
+                }
+                flowlane_wire::Network::Ipv6(ip) => {
+                    (IpAddr::V6(ip.src_addr), IpAddr::V6(ip.dst_addr))
+                }
+                _ => panic!("frame {i} is not IP"),
             };
             let flowlane_wire::Transport::Tcp(tcp) = f.transport else {
                 panic!("frame {i} is not TCP");
             };
-            let want_src = Ipv4Addr::from(u32::from(sources.first) + i % sources.count());
+            let want_src = want_sources[(i % sources.count()) as usize];
             let want_port = FIRST_PORT + (i / sources.count()) as u16;
-            assert_eq!(ip.src_addr, want_src, "frame {i}");
-            assert_eq!(ip.dst_addr, *to.ip(), "frame {i}");
+            assert_eq!(src, want_src, "frame {i}");
+            assert_eq!(dst, to.ip(), "frame {i}");
             assert_eq!((tcp.src_port, tcp.dst_port), (want_port, 7), "frame {i}");
             assert_eq!(tcp.seq, i.wrapping_mul(2_654_435_761), "frame {i}");
             assert_eq!(tcp.flags, TcpFlags::SYN, "frame {i}");
             assert_eq!(tcp.options.timestamps, Some((1, 0)), "frame {i}");
             assert_eq!(out.len(), original.len());
             assert!(
-                seen.insert((ip.src_addr, tcp.src_port, tcp.seq)),
+                seen.insert((src, tcp.src_port, tcp.seq)),
                 "frame {i} repeats"
             );
             last = out;

@@ -1,12 +1,12 @@
 //! An XDP packet generator for benchmarks (`BPF_PROG_RUN` with live frames):
 //! the kernel sends a frame `repeat` times out of an interface, with no
 //! socket and no qdisc on the way. Either the same frame every time
-//! ([`Generator::new`], `flowlane bench rx`), or, for a TCP SYN, a new
-//! source address, source port and ISN each time ([`Generator::syn_flood`],
-//! `flowlane bench synflood`).
+//! ([`Generator::new`], `flowlane bench rx`), or, for a TCP SYN (IPv4 or
+//! IPv6), a new source address, source port and ISN each time
+//! ([`Generator::syn_flood`], `flowlane bench synflood`).
 
 use std::mem::MaybeUninit;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, ProgramInput};
@@ -22,15 +22,16 @@ const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 const XDP_REDIRECT: u32 = 4;
 
 /// What the SYN-flood program varies (`flowlane_gen_syn` in
-/// `trafficgen.bpf.c`): the frame's IPv4 source address runs through
-/// `sources` addresses from `first_source`, its TCP source port through
+/// `trafficgen.bpf.c`): the frame's source address runs through `sources`
+/// addresses from `first_source` (IPv6: in its last 32 bits, the first 96
+/// are the frame's), its TCP source port through
 /// `ports` ports from `first_port`, and its ISN changes with every frame.
 /// Frame n takes address n % `sources` and port (n / `sources`) % `ports`:
 /// the 4-tuple repeats only after `sources` × `ports` frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SynFlood {
-    /// The first source address.
-    pub first_source: Ipv4Addr,
+    /// The first source address, of the frames' family.
+    pub first_source: IpAddr,
     /// How many consecutive source addresses (at least 1).
     pub sources: u32,
     /// The first source port.
@@ -52,15 +53,22 @@ impl SynFlood {
                 "a SYN flood needs at least one source and one port, ports within 1..=65535: {self:?}"
             )));
         }
-        if u32::from(self.first_source)
-            .checked_add(self.sources - 1)
-            .is_none()
-        {
+        if self.low_source().checked_add(self.sources - 1).is_none() {
             return Err(Error::Invalid(format!(
-                "the source addresses run past 255.255.255.255: {self:?}"
+                "the source addresses run past the end of their range (IPv4: 255.255.255.255; \
+                 IPv6: the last 32 bits, ::ffff:ffff): {self:?}"
             )));
         }
         Ok(())
+    }
+
+    /// What the program counts from: the first IPv4 source, or the last
+    /// 32 bits of the first IPv6 source (the program writes only those).
+    fn low_source(&self) -> u32 {
+        match self.first_source {
+            IpAddr::V4(a) => u32::from(a),
+            IpAddr::V6(a) => u128::from(a) as u32,
+        }
     }
 }
 
@@ -124,9 +132,11 @@ impl Generator {
 
     /// Loads the generator to send TCP SYNs out of `ifindex`, each from the
     /// next source address and port of `flood` with a new ISN. The frames
-    /// given to [`Generator::send`] must be Ethernet (untagged) + IPv4
-    /// without options + TCP, checksums right; the program updates the
-    /// checksums as it rewrites (RFC 1624).
+    /// given to [`Generator::send`] must be Ethernet (untagged), IPv4
+    /// without options and TCP, or Ethernet, IPv6 without extension headers
+    /// and TCP from `flood.first_source` (the program keeps the first 96
+    /// bits of an IPv6 source), checksums right; the program updates the
+    /// TCP (and IPv4 header) checksum as it rewrites (RFC 1624).
     pub fn syn_flood(ifindex: u32, flood: &SynFlood) -> Result<Generator> {
         flood.check()?;
         Generator::load(ifindex, Some(flood))
@@ -142,7 +152,7 @@ impl Generator {
         })?;
         rodata.target_ifindex = ifindex;
         if let Some(f) = flood {
-            rodata.syn_src_first = u32::from(f.first_source);
+            rodata.syn_src_first = f.low_source();
             rodata.syn_src_count = f.sources;
             rodata.syn_port_first = u32::from(f.first_port);
             rodata.syn_port_count = f.ports;
@@ -232,11 +242,12 @@ impl Generator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn floods_are_checked() {
         let ok = SynFlood {
-            first_source: Ipv4Addr::new(10, 99, 0, 100),
+            first_source: Ipv4Addr::new(10, 99, 0, 100).into(),
             sources: 151,
             first_port: 1024,
             ports: 64512,
@@ -248,12 +259,25 @@ mod tests {
             SynFlood { ports: 0, ..ok },
             SynFlood { ports: 64513, ..ok },
             SynFlood {
-                first_source: Ipv4Addr::new(255, 255, 255, 200),
+                first_source: Ipv4Addr::new(255, 255, 255, 200).into(),
                 sources: 57,
+                ..ok
+            },
+            // IPv6: the program counts in the last 32 bits only.
+            SynFlood {
+                first_source: "fd99::ffff:ff00".parse().unwrap(),
+                sources: 257,
                 ..ok
             },
         ] {
             assert!(bad.check().is_err(), "{bad:?}");
         }
+        let v6 = SynFlood {
+            first_source: "fd99::ffff:ff00".parse().unwrap(),
+            sources: 256,
+            ..ok
+        };
+        assert!(v6.check().is_ok());
+        assert_eq!(v6.low_source(), 0xffff_ff00);
     }
 }

@@ -3,7 +3,9 @@
 //! target; nobody answers the no-listener address; flowlane and the kernel
 //! answer (both with SYN cookies, which only a flood of more distinct
 //! 4-tuples than the half-open tables hold brings out); the legitimate
-//! client gets through every time; the bed is gone afterwards.
+//! client gets through every time; the bed is gone afterwards. Once with
+//! IPv4 sources, once with IPv6 ones (`--sources` of fd99::/64: the flood
+//! goes to the bed's fd99::1, SYN-ACKs are counted by `Ip6.InAddrErrors`).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -16,10 +18,28 @@ fn flowlane_and_the_kernel_answer_a_generated_syn_flood_with_cookies() {
     if !require_root("flowlane_and_the_kernel_answer_a_generated_syn_flood_with_cookies") {
         return;
     }
-    let bed = ToolBed::new("sb");
-    let child = Command::new(flowlane_bin())
-        .args(["bench", "synflood", "--rates", "10000", "--seconds", "1"])
-        .args(["--json", "--bed", &bed.0])
+    answer_a_syn_flood("sb", None);
+}
+
+#[test]
+fn flowlane_and_the_kernel_answer_a_generated_ipv6_syn_flood_with_cookies() {
+    if !require_root("flowlane_and_the_kernel_answer_a_generated_ipv6_syn_flood_with_cookies") {
+        return;
+    }
+    answer_a_syn_flood("sb6", Some("fd99::100-fd99::1f9"));
+}
+
+/// Runs the bench on a bed named after `bed`, flooding from `sources`
+/// (the bench's default, IPv4, when `None`), and checks every phase.
+fn answer_a_syn_flood(bed: &str, sources: Option<&str>) {
+    let bed = ToolBed::new(bed);
+    let mut cmd = Command::new(flowlane_bin());
+    cmd.args(["bench", "synflood", "--rates", "10000", "--seconds", "1"])
+        .args(["--json", "--bed", &bed.0]);
+    if let Some(s) = sources {
+        cmd.args(["--sources", s]);
+    }
+    let child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
