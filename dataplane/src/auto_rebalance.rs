@@ -16,9 +16,10 @@ use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 use flowlane_numa_sched::{
-    BucketLoad, BucketMove, CoreLoad, IndirectionTable, LoadSnapshot, MoveReason, RebalanceConfig,
-    Rebalancer, Topology,
+    BucketLoad, BucketMove, CoreLoad, IndirectionTable, LoadSnapshot, MoveCost, MoveCostModel,
+    MoveReason, RebalanceConfig, RebalancePlan, Rebalancer, Topology,
 };
+use serde::Serialize;
 
 use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::MoveCause;
@@ -39,6 +40,18 @@ const RETRY: Duration = Duration::from_millis(10);
 /// Reads of the counters that met a publication, before the round gives
 /// up until [`RETRY`].
 const READ_TRIES: usize = 4;
+
+/// The learned cost of a move ([`AutoRebalance::learn`]) is at most the
+/// policy's cost horizon divided by this: 50 ms by the defaults, so that a
+/// bucket carrying more than a tenth of a core still moves however slow
+/// the moves seen were (the fit is robust, but a host where every move
+/// waited for a CPU for a while must not price all moves out for good).
+const CEILING_FIXED_DIVISOR: u64 = 10;
+
+/// The learned cost of each connection a move carries is at most the
+/// cost horizon divided by this: 1 ms by the defaults (500 times the
+/// design's 2 µs).
+const CEILING_PER_CONNECTION_DIVISOR: u64 = 500;
 
 /// The longest wait after rounds whose moves failed (the wait doubles
 /// from the policy's base period with each such round in a row).
@@ -125,6 +138,75 @@ pub struct Tried {
     /// entry not written and the way back failed, or the new queue's last
     /// answer missing: [`TcpService::move_bucket`]).
     pub landed: bool,
+    /// Why the policy made it (None: a storm's move).
+    pub why: Option<MoveWhy>,
+}
+
+/// Why the policy moved a bucket, for its move line
+/// ([`crate::service_control::move_line`]): which queue was over what
+/// level, and the gain the policy expected against the cost it priced.
+/// Loads are fractions of one CPU in the policy's model (its averages, the
+/// round's earlier moves applied).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MoveWhy {
+    /// The policy's reason for the destination: a core of the source's
+    /// node, or another node's (`{"same_node":{"node":0}}`,
+    /// `{"node_saturated":{"from_node":0,"to_node":1}}`).
+    pub policy: MoveReason,
+    /// The load of the source's CPU just before the move (the round's
+    /// earlier moves applied: a CPU over [`MoveWhy::over`] at the round's
+    /// start goes on giving while a move gains more than it costs, so this
+    /// may be under it).
+    pub from_load: f64,
+    /// The load of the destination's CPU just before the move.
+    pub to_load: f64,
+    /// The mean load of the CPUs the policy acted on.
+    pub mean_load: f64,
+    /// The level a CPU was above, at the round's start, to give buckets
+    /// this round: the mean times `1 + threshold`.
+    pub over: f64,
+    /// `max / mean` of the loads the policy acted on.
+    pub max_over_mean: f64,
+    /// The moved bucket's load (its persisting part).
+    pub load: f64,
+    /// How much the move lowers the larger load of the two CPUs, in the
+    /// model: the gain expected.
+    pub gain: f64,
+    /// The cost priced, as a fraction of one CPU over the cost horizon
+    /// (the gain is more).
+    pub cost: f64,
+    /// The cost priced, in microseconds: the fixed cost plus the cost per
+    /// connection times the bucket's connections.
+    pub cost_us: f64,
+    /// How many moves the cost was learned from (0: the configured
+    /// prior, [`RebalanceConfig::move_cost`]).
+    pub cost_learned_from: u64,
+}
+
+impl MoveWhy {
+    /// Why `m` of `plan` was planned, with moves priced at `costs`
+    /// (learned from `learned_from` moves) under `config`.
+    fn of(
+        m: &BucketMove,
+        plan: &RebalancePlan,
+        config: &RebalanceConfig,
+        costs: MoveCost,
+        learned_from: u64,
+    ) -> MoveWhy {
+        MoveWhy {
+            policy: m.reason,
+            from_load: m.from_load,
+            to_load: m.to_load,
+            mean_load: plan.mean_load,
+            over: plan.mean_load * (1.0 + config.threshold),
+            max_over_mean: plan.max_over_mean,
+            load: m.load,
+            gain: m.gain,
+            cost: m.cost,
+            cost_us: costs.of(m.connections) as f64 / 1_000.0,
+            cost_learned_from: learned_from,
+        }
+    }
 }
 
 /// One queue's figures as its worker last published them together
@@ -198,6 +280,9 @@ fn read(service: &TcpService) -> Option<Vec<Reading>> {
 pub struct AutoRebalance {
     mode: Mode,
     rebalancer: Rebalancer,
+    /// What a move costs, learned from the moves made (the policy's
+    /// snapshot carries its estimate).
+    costs: MoveCostModel,
     topology: Topology,
     epoch: Instant,
     next: Instant,
@@ -256,10 +341,15 @@ impl AutoRebalance {
     /// The loop on a machine of `topology` with the policy `config`.
     fn with(topology: Topology, mode: Mode, config: RebalanceConfig) -> Result<AutoRebalance> {
         let rebalancer = Rebalancer::new(config).map_err(Error::Placement)?;
+        let ceiling = MoveCost {
+            fixed: config.cost_horizon / CEILING_FIXED_DIVISOR,
+            per_connection: config.cost_horizon / CEILING_PER_CONNECTION_DIVISOR,
+        };
         let now = Instant::now();
         Ok(AutoRebalance {
             mode,
             rebalancer,
+            costs: MoveCostModel::new(config.move_costs(), ceiling),
             topology,
             epoch: now,
             next: now,
@@ -308,6 +398,22 @@ impl AutoRebalance {
         let now = self.clock(Instant::now());
         self.rebalancer
             .note_move(usize::from(bucket), to as u16, now);
+    }
+
+    /// Learns what a move costs from one that was made (the loop's, or
+    /// one by hand): its duration, from the request to the new queue
+    /// serving the bucket, against the connections it carried. The policy
+    /// prices the next rounds' moves by the fit of the latest ones
+    /// ([`MoveCostModel`]), the configured costs its prior.
+    pub fn learn(&mut self, report: &MoveReport) {
+        let connections = u32::try_from(report.connections).unwrap_or(u32::MAX);
+        let ns = (report.duration_us * 1_000.0).clamp(0.0, u64::MAX as f64) as u64;
+        self.costs.observe(connections, ns);
+    }
+
+    /// What a move costs now, as learned, and from how many moves.
+    pub fn move_cost(&self) -> (MoveCost, u64) {
+        (self.costs.estimate(), self.costs.observed())
     }
 
     /// The policy's clock at `at`: the time since the loop started.
@@ -532,12 +638,14 @@ impl AutoRebalance {
             return Vec::new();
         };
         let now = self.clock(at);
+        let costs = self.costs.estimate();
         let snapshot = LoadSnapshot {
             now,
             table: &table,
             topology: &self.topology,
             cores: &cores,
             buckets: &buckets,
+            move_cost: Some(costs),
         };
         let plan = match self.rebalancer.decide(&snapshot) {
             Ok(p) => p,
@@ -546,7 +654,14 @@ impl AutoRebalance {
                 return Vec::new();
             }
         };
-        self.carry_out(now, &plan.moves, try_move)
+        let config = *self.rebalancer.config();
+        let learned_from = self.costs.observed();
+        let whys = plan
+            .moves
+            .iter()
+            .map(|m| MoveWhy::of(m, &plan, &config, costs, learned_from))
+            .collect();
+        self.carry_out(now, &plan.moves, whys, try_move)
     }
 
     /// Carries out a plan's `moves` through `try_move` (its outcome, and
@@ -563,15 +678,18 @@ impl AutoRebalance {
     /// its bucket had moved stands. A round with a move that failed with
     /// its bucket where it was makes the loop wait longer
     /// ([`AutoRebalance::wait`]); one whose moves all landed ends that.
+    /// Each move made is learned from ([`AutoRebalance::learn`]); `whys`
+    /// (one per move) go with them into their [`Tried`].
     fn carry_out(
         &mut self,
         now: Duration,
         moves: &[BucketMove],
+        whys: Vec<MoveWhy>,
         mut try_move: impl FnMut(u16, u32) -> (Result<MoveReport>, bool),
     ) -> Vec<Tried> {
         let mut out = Vec::new();
         let mut failed = false;
-        for m in moves {
+        for (m, why) in moves.iter().zip(whys) {
             if failed {
                 self.rebalancer.move_not_made(m);
                 continue;
@@ -585,10 +703,14 @@ impl AutoRebalance {
             if !landed {
                 self.rebalancer.move_failed(m, now);
             }
+            if let (Ok(report), true) = (&outcome, landed) {
+                self.learn(report);
+            }
             out.push(Tried {
                 cause,
                 outcome,
                 landed,
+                why: Some(why),
             });
         }
         if out.iter().any(|t| !t.landed) {
@@ -618,10 +740,14 @@ impl AutoRebalance {
         let from = u64::from(table[usize::from(bucket)]);
         let to = (from + 1 + self.random() % (queues - 1)) % queues;
         let (outcome, landed) = move_and_see(service, bucket, to as u32);
+        if let (Ok(report), true) = (&outcome, landed) {
+            self.learn(report);
+        }
         Some(Tried {
             cause: MoveCause::Storm,
             outcome,
             landed,
+            why: None,
         })
     }
 
@@ -930,6 +1056,55 @@ mod tests {
             assert_eq!(now_held, held, "{tried:?}");
             let now_backing_off = plan.map(|b| a.rebalancer.is_backing_off(b, 1, now));
             assert_eq!(now_backing_off, backing_off, "{tried:?}");
+        }
+    }
+
+    /// Each move that landed teaches the loop what a move costs (its
+    /// duration against its connections), and each of the policy's moves
+    /// says why it was made: the source over the round's level, the gain
+    /// expected above the cost priced; its move line carries that.
+    #[test]
+    fn the_loop_learns_from_its_moves_and_says_why_it_made_them() {
+        let mut a = AutoRebalance::bare();
+        let t0 = a.epoch;
+        assert!(a.sample(&skewed(100, 0)).is_none());
+        let prior = a.rebalancer.config().move_costs();
+        assert_eq!(a.move_cost(), (prior, 0));
+        let out = a.round_on(t0, &TABLE, &skewed(200, 1), |bucket, to| {
+            let report = MoveReport {
+                bucket,
+                to,
+                connections: 1,
+                duration_us: 30_000.0,
+                ..MoveReport::default()
+            };
+            (Ok(report), true)
+        });
+        assert_eq!(out.len(), 3);
+        let (learned, from) = a.move_cost();
+        assert_eq!(from, 3);
+        assert!(learned.fixed > 10 * prior.fixed, "{learned:?}");
+        // The round's first move comes from a CPU over the level (later
+        // ones from the same CPU may be under it by then: the loads are
+        // those just before each move).
+        let first = out[0].why.as_ref().expect("the policy's move says why");
+        assert!(first.from_load > first.over, "{first:?}");
+        for t in &out {
+            let why = t.why.as_ref().expect("the policy's move says why");
+            assert!(why.gain > why.cost, "{why:?}");
+            assert_eq!(
+                why.cost_learned_from, 0,
+                "the first round is priced at the prior"
+            );
+        }
+        let line = crate::service_control::move_line(&crate::service_control::LoggedMove {
+            cause: out[0].cause,
+            outcome: Ok(MoveReport::default()),
+            why: out[0].why.clone(),
+        });
+        assert_eq!(line["cause"], "balance_same_node", "{line}");
+        for key in ["from_load", "over", "gain", "cost", "cost_us", "policy"] {
+            assert!(!line["why"][key].is_null(), "{key}: {line}");
         }
     }
 

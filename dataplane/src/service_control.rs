@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::auto_rebalance::{AutoRebalance, Mode, Tried, Wish};
+use crate::auto_rebalance::{AutoRebalance, Mode, MoveWhy, Tried, Wish};
 use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::{
     self, ControlSocket, FlowAnswer, FlowQuery, MoveCause, MoveHistory, QueueCounterSet,
@@ -398,9 +398,9 @@ impl ServiceControl {
 
     /// Runs a rebalancing round if one is due and answers the control
     /// socket's requests; returns every move made or tried, for the caller
-    /// to log (not those asked for by hand and refused before anything
-    /// moved: see [`ServiceControl::poll_view`]).
-    pub fn poll(&mut self, tcp: &TcpService) -> Vec<Result<MoveReport>> {
+    /// to log ([`move_line`]; not those asked for by hand and refused
+    /// before anything moved: see [`ServiceControl::poll_view`]).
+    pub fn poll(&mut self, tcp: &TcpService) -> Vec<LoggedMove> {
         let mut out = Vec::new();
         if let Some(a) = self.auto.as_mut().filter(|_| !self.stopping) {
             let mut last_error = None;
@@ -408,7 +408,11 @@ impl ServiceControl {
                 if let Some(e) = self.tally(&t) {
                     last_error = Some(e);
                 }
-                out.push(t.outcome);
+                out.push(LoggedMove {
+                    cause: t.cause,
+                    outcome: t.outcome,
+                    why: t.why,
+                });
             }
             if self.by_default && self.failed_in_a_row >= DEFAULT_LOOP_FAILURES {
                 tracing::warn!(
@@ -421,7 +425,11 @@ impl ServiceControl {
                 ));
             }
         }
-        out.extend(self.poll_view(tcp));
+        out.extend(self.poll_view(tcp).into_iter().map(|outcome| LoggedMove {
+            cause: MoveCause::Manual,
+            outcome,
+            why: None,
+        }));
         out
     }
 
@@ -519,6 +527,9 @@ impl ServiceControl {
         self.history.record(MoveCause::Manual, &m, landed);
         if let (true, Some(a)) = (landed, self.auto.as_mut()) {
             a.note_move(bucket, to);
+            if let Ok(report) = &m {
+                a.learn(report);
+            }
         }
         m
     }
@@ -631,17 +642,42 @@ fn no_socket_line(e: &Error) -> String {
     )
 }
 
+/// A move made or tried, as [`ServiceControl::poll`] returns it for the
+/// service to log ([`move_line`]).
+#[derive(Debug)]
+pub struct LoggedMove {
+    /// Who asked for it: the rebalancing loop (and to which node), a hand
+    /// move, the test storm.
+    pub cause: MoveCause,
+    /// What the service answered.
+    pub outcome: Result<MoveReport>,
+    /// Why the loop's policy made it: the loads, the level the source was
+    /// over, the gain expected and the cost priced (None: not the
+    /// policy's).
+    pub why: Option<MoveWhy>,
+}
+
 /// One move (or one that failed under way) as the JSON line services log:
-/// `{"event":"move", bucket, from, to, connections, frames_forwarded,
-/// frames_held, duration_us, ...}` or `{"event":"move","error":...}`.
-pub fn move_line(outcome: &Result<MoveReport>) -> serde_json::Value {
-    let mut line = serde_json::json!({"event": "move"});
-    let fields = match outcome {
+/// `{"event":"move", "cause", bucket, from, to, connections,
+/// frames_forwarded, frames_held, duration_us, ..., "why": {...}}` or
+/// `{"event":"move", "cause", "error", "why"}`; `why`
+/// ([`MoveWhy`]) only for the rebalancing loop's moves, so that an
+/// operator can audit each: the source CPU's load (`from_load`) over the
+/// level that made it give (`over`), the gain expected against the cost
+/// priced (`gain`, `cost`, `cost_us`).
+pub fn move_line(logged: &LoggedMove) -> serde_json::Value {
+    let mut line = serde_json::json!({"event": "move", "cause": logged.cause});
+    let fields = match &logged.outcome {
         Ok(r) => serde_json::to_value(r).ok(),
         Err(e) => Some(serde_json::json!({ "error": e.to_string() })),
     };
     if let (Some(o), Some(serde_json::Value::Object(f))) = (line.as_object_mut(), fields) {
         o.extend(f);
+    }
+    if let (Some(o), Some(why)) = (line.as_object_mut(), &logged.why) {
+        if let Ok(w) = serde_json::to_value(why) {
+            o.insert("why".into(), w);
+        }
     }
     line
 }
@@ -882,6 +918,7 @@ mod tests {
             cause: MoveCause::BalanceSameNode,
             outcome: Err(Error::Move("a worker did not answer".into())),
             landed,
+            why: None,
         };
         assert!(control.tally(&failed(false)).is_some());
         assert!(control.tally(&failed(false)).is_some());

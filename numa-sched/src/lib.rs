@@ -33,6 +33,7 @@ pub mod hints;
 mod hwloc;
 pub mod indirection;
 pub mod irq;
+pub mod move_cost;
 pub mod nic;
 pub mod nic_caps;
 pub mod placement;
@@ -50,6 +51,7 @@ pub use irq::{
     parse_proc_interrupts, plan_irq_affinity, plan_napi_threads, CutNapiNames, IrqAffinityChange,
     IrqInfo, IrqPlan, NapiPlan, NapiThreadAffinity,
 };
+pub use move_cost::{MoveCost, MoveCostModel};
 pub use nic::{RssCaps, RssNic, RssSettings, RssSettingsError};
 pub use nic_caps::NicCaps;
 pub use placement::{

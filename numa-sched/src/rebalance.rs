@@ -63,6 +63,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::indirection::{EntryChange, IndirectionTable};
+use crate::move_cost::MoveCost;
 use crate::topology::Topology;
 
 /// Slack for comparisons of loads computed in floating point.
@@ -250,6 +251,18 @@ impl RebalanceConfig {
         Ok(())
     }
 
+    /// The configured cost of a move ([`RebalanceConfig::move_cost`],
+    /// [`RebalanceConfig::connection_cost`]): what the policy prices moves at when its
+    /// snapshot brings no learned cost ([`LoadSnapshot::move_cost`]), and the prior of
+    /// [`crate::move_cost::MoveCostModel`].
+    #[must_use]
+    pub fn move_costs(&self) -> MoveCost {
+        MoveCost {
+            fixed: self.move_cost,
+            per_connection: self.connection_cost,
+        }
+    }
+
     /// The hold-down after `doublings` doublings.
     fn hold(&self, doublings: u32) -> Duration {
         self.hold_down
@@ -312,6 +325,10 @@ pub struct LoadSnapshot<'a> {
     pub cores: &'a [CoreLoad],
     /// Per-bucket traffic.
     pub buckets: &'a [BucketLoad],
+    /// What a move costs, as the caller learned it from the moves made
+    /// ([`crate::move_cost::MoveCostModel::estimate`]). None: the configured costs
+    /// ([`RebalanceConfig::move_cost`], [`RebalanceConfig::connection_cost`]).
+    pub move_cost: Option<MoveCost>,
 }
 
 /// Why a bucket goes where it goes.
@@ -778,9 +795,11 @@ impl Rebalancer {
                 .min(f64::from(config.move_burst));
         }
 
-        let averaged = Model::build(&sample, &self.bucket_avg, &self.residual_avg).mean_max();
+        let costs = snapshot.move_cost.unwrap_or(config.move_costs());
+        let averaged =
+            Model::build(&sample, &self.bucket_avg, &self.residual_avg, costs).mean_max();
         let averaged_ratio = ratio(averaged);
-        let mut model = Model::build(&sample, &self.persisting(now), &self.residual_avg);
+        let mut model = Model::build(&sample, &self.persisting(now), &self.residual_avg, costs);
         let (mean, max) = model.mean_max();
         let max_over_mean = ratio((mean, max));
         let trigger = mean * (1.0 + config.threshold) + EPSILON;
@@ -1343,6 +1362,8 @@ struct Choice {
 #[derive(Debug)]
 struct Model {
     cpus: Vec<CpuState>,
+    /// What a move costs (the snapshot's, else the configured one).
+    costs: MoveCost,
     /// Node order from each node, nearest first (itself excluded).
     remote_order: BTreeMap<u32, Vec<u32>>,
 }
@@ -1352,6 +1373,7 @@ impl Model {
         sample: &Sample,
         bucket_avg: &BTreeMap<usize, f64>,
         residual_avg: &BTreeMap<u16, f64>,
+        costs: MoveCost,
     ) -> Self {
         let mut cpus: Vec<CpuState> = Vec::new();
         let mut cpu_index: BTreeMap<u32, usize> = BTreeMap::new();
@@ -1399,6 +1421,7 @@ impl Model {
         }
         Self {
             cpus,
+            costs,
             remote_order: sample.remote_order.clone(),
         }
     }
@@ -1532,9 +1555,7 @@ impl Model {
                 continue;
             }
             let gain = b.load.min(gap - b.load);
-            let cost = (config.move_cost as f64
-                + f64::from(b.connections) * config.connection_cost as f64)
-                / config.cost_horizon as f64;
+            let cost = self.costs.of(b.connections) as f64 / config.cost_horizon as f64;
             if gain <= cost + EPSILON {
                 continue;
             }
@@ -1688,6 +1709,7 @@ mod tests {
             topology: &topology,
             cores,
             buckets,
+            move_cost: None,
         })
     }
 
@@ -1775,6 +1797,7 @@ mod tests {
                 topology: &two_nodes,
                 cores: &[cores[0], wrong],
                 buckets: &buckets,
+                move_cost: None,
             })
             .unwrap_err();
         assert!(matches!(e, Error::InconsistentTopology(ref m) if m.contains("queue 1's CPU 2")));
@@ -1876,12 +1899,14 @@ mod tests {
                 topology: &topology,
                 cores: &cores,
                 buckets: b,
+                move_cost: None,
             })
             .unwrap();
             let model = Model::build(
                 &sample,
                 &sample.buckets.iter().map(|b| (b.bucket, b.load)).collect(),
                 &BTreeMap::new(),
+                RebalanceConfig::default().move_costs(),
             );
             model.cpus[0]
                 .buckets

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use flowlane_numa_sched::{
-    BucketLoad, BucketMove, CoreLoad, IndirectionTable, LoadSnapshot, MoveReason, NodeDistances,
-    RebalanceConfig, RebalancePlan, Rebalancer, RoundOutcome, Topology,
+    BucketLoad, BucketMove, CoreLoad, IndirectionTable, LoadSnapshot, MoveCost, MoveReason,
+    NodeDistances, RebalanceConfig, RebalancePlan, Rebalancer, RoundOutcome, Topology,
 };
 use proptest::prelude::*;
 use rand::rngs::StdRng;
@@ -110,6 +110,7 @@ impl Sim {
             topology: &self.topo,
             cores: &cores,
             buckets: &buckets,
+            move_cost: None,
         };
         let plan = r.decide(&snap).unwrap();
         let exact = r.config().smoothing.is_zero() && r.config().persistence.is_zero();
@@ -327,6 +328,7 @@ fn crowded_round(limit: Option<u32>) -> RebalancePlan {
             topology: &topo,
             cores: &cores,
             buckets: &buckets,
+            move_cost: None,
         })
         .unwrap()
 }
@@ -401,6 +403,7 @@ fn a_failing_move_backs_off_and_frees_its_bucket() {
                 topology: &topo,
                 cores: &[core(0), core(1)],
                 buckets: &buckets,
+                move_cost: None,
             })
             .unwrap();
         // The first move fails, the rest of the plan is not tried.
@@ -941,6 +944,7 @@ fn a_move_costs_the_same_whatever_the_period_measured() {
                         bucket(1, 0, 0.1, 10_000),
                         bucket(2, 1, 0.4, 1),
                     ],
+                    move_cost: None,
                 })
                 .unwrap();
             (plan.outcome, plan.moves.len())
@@ -1322,4 +1326,56 @@ fn a_lasting_skew_is_still_met_within_a_second_and_then_left_alone() {
         }
         assert!(per_bucket.values().all(|&n| n <= 1), "{per_bucket:?}");
     }
+}
+
+#[test]
+fn a_learned_move_cost_in_the_snapshot_prices_the_moves() {
+    // Queue 0 at 0.6, queue 1 at 0.4: moving the 0.1 bucket (one connection) gains 0.1 of
+    // a core. At the configured 22 µs it moves; at a learned 60 ms (0.12 of the 500 ms
+    // horizon) it stays; the snapshot's cost, not the configuration's, decides.
+    let topo = Topology::synthetic(1, 1, 2, 1).unwrap();
+    let table = IndirectionTable::new(vec![0, 0, 1, 1]).unwrap();
+    let total = 100_000_000u64;
+    let of = |x: f64| (x * total as f64) as u64;
+    let core = |queue: u16, busy| CoreLoad {
+        queue,
+        cpu: u32::from(queue),
+        node: 0,
+        busy_cycles: of(busy),
+        total_cycles: total,
+        connections: 0,
+        connection_limit: None,
+    };
+    let bucket = |bucket: usize, queue: u16, load| BucketLoad {
+        bucket,
+        queue,
+        packets: 1,
+        bytes: 1,
+        busy_cycles: Some(of(load)),
+        connections: 1,
+    };
+    let round = |move_cost: Option<MoveCost>| {
+        let plan = rebalancer()
+            .decide(&LoadSnapshot {
+                now: Duration::from_secs(1),
+                table: &table,
+                topology: &topo,
+                cores: &[core(0, 0.6), core(1, 0.4)],
+                buckets: &[bucket(0, 0, 0.5), bucket(1, 0, 0.1), bucket(2, 1, 0.4)],
+                move_cost,
+            })
+            .unwrap();
+        (plan.outcome, plan.moves.len())
+    };
+    assert_eq!(round(None), (RoundOutcome::Moved, 1));
+    let learned = MoveCost {
+        fixed: 60_000_000,
+        per_connection: 0,
+    };
+    assert_eq!(round(Some(learned)), (RoundOutcome::NoHelpfulMove, 0));
+    let cheap = MoveCost {
+        fixed: 40_000_000,
+        per_connection: 0,
+    };
+    assert_eq!(round(Some(cheap)), (RoundOutcome::Moved, 1));
 }

@@ -226,6 +226,14 @@ fn a_skewed_start_is_rebalanced_without_loss_or_reset() {
     assert!(!r.moves.is_empty(), "no bucket moved");
     for m in &r.moves {
         assert!(m.get("error").is_none(), "{m}");
+        // Each of the loop's moves says why: the gain expected above the
+        // cost priced (the configured one until moves were learned from).
+        assert_eq!(m["cause"], "balance_same_node", "{m}");
+        let why = &m["why"];
+        assert!(
+            why["gain"].as_f64().unwrap() > why["cost"].as_f64().unwrap(),
+            "{m}"
+        );
         assert_eq!(m["hold_timed_out"], false, "{m}");
     }
     let q = queues(&r.lines);
