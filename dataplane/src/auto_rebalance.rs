@@ -163,7 +163,8 @@ pub struct MoveWhy {
     /// The mean load of the CPUs the policy acted on.
     pub mean_load: f64,
     /// The level a CPU was above, at the round's start, to give buckets
-    /// this round: the mean times `1 + threshold`.
+    /// this round: the mean times `1 + threshold`, as the policy computed
+    /// it ([`RebalancePlan::over`]).
     pub over: f64,
     /// `max / mean` of the loads the policy acted on.
     pub max_over_mean: f64,
@@ -176,7 +177,8 @@ pub struct MoveWhy {
     /// (the gain is more).
     pub cost: f64,
     /// The cost priced, in microseconds: the fixed cost plus the cost per
-    /// connection times the bucket's connections.
+    /// connection times the bucket's connections, as the policy priced it
+    /// ([`BucketMove::cost_ns`]).
     pub cost_us: f64,
     /// How many moves the cost was learned from (0: the configured
     /// prior, [`RebalanceConfig::move_cost`]).
@@ -184,26 +186,20 @@ pub struct MoveWhy {
 }
 
 impl MoveWhy {
-    /// Why `m` of `plan` was planned, with moves priced at `costs`
-    /// (learned from `learned_from` moves) under `config`.
-    fn of(
-        m: &BucketMove,
-        plan: &RebalancePlan,
-        config: &RebalanceConfig,
-        costs: MoveCost,
-        learned_from: u64,
-    ) -> MoveWhy {
+    /// Why `m` of `plan` was planned, its cost learned from
+    /// `learned_from` moves: the policy's own figures, none computed again.
+    fn of(m: &BucketMove, plan: &RebalancePlan, learned_from: u64) -> MoveWhy {
         MoveWhy {
             policy: m.reason,
             from_load: m.from_load,
             to_load: m.to_load,
             mean_load: plan.mean_load,
-            over: plan.mean_load * (1.0 + config.threshold),
+            over: plan.over,
             max_over_mean: plan.max_over_mean,
             load: m.load,
             gain: m.gain,
             cost: m.cost,
-            cost_us: costs.of(m.connections) as f64 / 1_000.0,
+            cost_us: m.cost_ns as f64 / 1_000.0,
             cost_learned_from: learned_from,
         }
     }
@@ -654,12 +650,11 @@ impl AutoRebalance {
                 return Vec::new();
             }
         };
-        let config = *self.rebalancer.config();
         let learned_from = self.costs.observed();
         let whys = plan
             .moves
             .iter()
-            .map(|m| MoveWhy::of(m, &plan, &config, costs, learned_from))
+            .map(|m| MoveWhy::of(m, &plan, learned_from))
             .collect();
         self.carry_out(now, &plan.moves, whys, try_move)
     }
@@ -1106,6 +1101,45 @@ mod tests {
         for key in ["from_load", "over", "gain", "cost", "cost_us", "policy"] {
             assert!(!line["why"][key].is_null(), "{key}: {line}");
         }
+    }
+
+    /// A move's `why` is the policy's plan as it stands: the level and the
+    /// price the policy computed, not the loop's own reckoning of them
+    /// (which would drift from the policy's if either changed).
+    #[test]
+    fn why_reads_the_level_and_the_price_from_the_plan() {
+        let m = BucketMove {
+            bucket: 3,
+            from: 0,
+            to: 1,
+            reason: MoveReason::SameNode { node: 0 },
+            load: 0.2,
+            from_load: 0.7,
+            to_load: 0.1,
+            gain: 0.2,
+            cost: 0.004,
+            cost_ns: 2_000_000,
+            connections: 7,
+            packets: 10,
+            bytes: 10_000,
+        };
+        let plan = RebalancePlan {
+            moves: vec![m],
+            outcome: flowlane_numa_sched::RoundOutcome::Moved,
+            next_period: Duration::from_millis(100),
+            mean_load: 0.4,
+            max_load: 0.7,
+            // Not the default threshold's 0.44: the policy's figure is
+            // what the line says.
+            over: 0.5,
+            max_over_mean: 1.75,
+            averaged_max_over_mean: 1.75,
+            measured_max_over_mean: 1.75,
+            predicted_max_over_mean: 1.25,
+        };
+        let why = MoveWhy::of(&m, &plan, 5);
+        assert_eq!((why.over, why.cost_us), (0.5, 2_000.0), "{why:?}");
+        assert_eq!((why.cost, why.gain, why.load), (0.004, 0.2, 0.2));
     }
 
     /// A NIC refusing every table write: each round's first move fails

@@ -373,8 +373,14 @@ pub struct BucketMove {
     /// How much the move lowers the larger load of the two cores, in the model:
     /// `min(load, from_load − to_load − load)`. Always more than `cost`.
     pub gain: f64,
-    /// The move's cost as a fraction of one core over [`RebalanceConfig::cost_horizon`].
+    /// The move's cost as a fraction of one core over [`RebalanceConfig::cost_horizon`]:
+    /// `cost_ns / cost_horizon`.
     pub cost: f64,
+    /// The move's cost as priced, in the snapshot's unit (nanoseconds by the dataplane's
+    /// snapshots): the fixed cost plus the cost per connection times `connections`, of the
+    /// snapshot's [`LoadSnapshot::move_cost`] or else the configured costs
+    /// ([`RebalanceConfig::move_costs`]).
+    pub cost_ns: u64,
     /// Live connections of the bucket (for the move log; they set the cost).
     pub connections: u32,
     /// Packets the bucket received in the period (for the move log).
@@ -426,6 +432,11 @@ pub struct RebalancePlan {
     pub mean_load: f64,
     /// Largest CPU load the policy acted on.
     pub max_load: f64,
+    /// The level a CPU's load was above, at the round's start, to give buckets this round:
+    /// `mean_load × (1 + threshold)` ([`RebalanceConfig::threshold`]). A CPU over it goes
+    /// on giving while a move gains more than it costs, so a later move's
+    /// [`BucketMove::from_load`] may be under it.
+    pub over: f64,
     /// `max_load / mean_load` (1 when idle): the imbalance the policy acted on.
     pub max_over_mean: f64,
     /// `max / mean` of the averaged CPU loads ([`RebalanceConfig::smoothing`]; 1 when
@@ -802,8 +813,8 @@ impl Rebalancer {
         let mut model = Model::build(&sample, &self.persisting(now), &self.residual_avg, costs);
         let (mean, max) = model.mean_max();
         let max_over_mean = ratio((mean, max));
-        let trigger = mean * (1.0 + config.threshold) + EPSILON;
-        let eligible: Vec<bool> = model.cpus.iter().map(|c| c.load > trigger).collect();
+        let over = mean * (1.0 + config.threshold);
+        let eligible: Vec<bool> = model.cpus.iter().map(|c| c.load > over + EPSILON).collect();
         // A CPU that received last round neither gives nor takes; one that gave (took)
         // lately takes (gives) only once its part's hold has passed.
         let role = |c: &CpuState, gave: bool| {
@@ -908,6 +919,7 @@ impl Rebalancer {
             next_period: self.period,
             mean_load: mean,
             max_load: max,
+            over,
             max_over_mean,
             averaged_max_over_mean: averaged_ratio,
             measured_max_over_mean: ratio(measured),
@@ -1355,6 +1367,20 @@ struct Choice {
     reason: MoveReason,
     gain: f64,
     cost: f64,
+    /// `cost` in the snapshot's unit.
+    cost_ns: u64,
+}
+
+/// A bucket [`Model::pick_bucket`] chose: its position in the source's list, the queue of
+/// the destination to give it to, the gain and the cost (a fraction of one CPU over the
+/// horizon, and in the snapshot's unit).
+#[derive(Clone, Copy)]
+struct Pick {
+    position: usize,
+    queue: u16,
+    gain: f64,
+    cost: f64,
+    cost_ns: u64,
 }
 
 /// The averaged loads by CPU: a CPU's load is the sum of its queues' loads outside their
@@ -1521,15 +1547,15 @@ impl Model {
             }
         };
         dests.into_iter().find_map(|dest| {
-            let (position, queue, gain, cost) =
-                self.pick_bucket(source, dest, mean, config, filter, limits)?;
+            let pick = self.pick_bucket(source, dest, mean, config, filter, limits)?;
             Some(Choice {
                 dest,
-                queue,
-                position,
+                queue: pick.queue,
+                position: pick.position,
                 reason,
-                gain,
-                cost,
+                gain: pick.gain,
+                cost: pick.cost,
+                cost_ns: pick.cost_ns,
             })
         })
     }
@@ -1544,18 +1570,19 @@ impl Model {
         config: &RebalanceConfig,
         filter: Option<&Filter<'_>>,
         limits: bool,
-    ) -> Option<(usize, u16, f64, f64)> {
+    ) -> Option<Pick> {
         let src = &self.cpus[source];
         let dst = &self.cpus[dest];
         let gap = src.load - dst.load;
         let room = mean - dst.load;
-        let mut best: Option<(usize, u16, f64, f64)> = None;
+        let mut best: Option<Pick> = None;
         for (i, b) in src.buckets.iter().enumerate() {
             if filter.is_some_and(|f| (f.is_held)(b.bucket)) {
                 continue;
             }
             let gain = b.load.min(gap - b.load);
-            let cost = self.costs.of(b.connections) as f64 / config.cost_horizon as f64;
+            let cost_ns = self.costs.of(b.connections);
+            let cost = cost_ns as f64 / config.cost_horizon as f64;
             if gain <= cost + EPSILON {
                 continue;
             }
@@ -1570,12 +1597,19 @@ impl Model {
             else {
                 continue;
             };
+            let pick = Pick {
+                position: i,
+                queue,
+                gain,
+                cost,
+                cost_ns,
+            };
             // Largest first: the first bucket that fits is the largest one that does.
             if b.load <= room + EPSILON {
-                return Some((i, queue, gain, cost));
+                return Some(pick);
             }
-            if best.is_none_or(|(_, _, g, c)| gain - cost > g - c + EPSILON) {
-                best = Some((i, queue, gain, cost));
+            if best.is_none_or(|p| gain - cost > p.gain - p.cost + EPSILON) {
+                best = Some(pick);
             }
         }
         best
@@ -1611,6 +1645,7 @@ impl Model {
             to_load,
             gain: choice.gain,
             cost: choice.cost,
+            cost_ns: choice.cost_ns,
             connections: b.connections,
             packets: b.packets,
             bytes: b.bytes,

@@ -1379,3 +1379,71 @@ fn a_learned_move_cost_in_the_snapshot_prices_the_moves() {
     };
     assert_eq!(round(Some(cheap)), (RoundOutcome::Moved, 1));
 }
+
+/// The plan says the level its sources were above (`over`) and each move the cost it was
+/// priced at (`cost_ns`, in the snapshot's unit), so that a caller explaining a move (the
+/// dataplane's move line) reads them rather than computing them again.
+#[test]
+fn the_plan_carries_its_level_and_each_move_its_price() {
+    let topo = Topology::synthetic(1, 1, 2, 1).unwrap();
+    let table = IndirectionTable::new(vec![0, 0, 0, 0, 1, 1, 1, 1]).unwrap();
+    let of = |x: f64| (x * TOTAL as f64) as u64;
+    let core = |queue: u16, busy| CoreLoad {
+        queue,
+        cpu: u32::from(queue),
+        node: 0,
+        busy_cycles: of(busy),
+        total_cycles: TOTAL,
+        connections: 0,
+        connection_limit: None,
+    };
+    let bucket = |bucket: usize, queue: u16, load, connections| BucketLoad {
+        bucket,
+        queue,
+        packets: 1,
+        bytes: 1,
+        busy_cycles: Some(of(load)),
+        connections,
+    };
+    // Queue 0 at 0.8 in four buckets of 0.2 carrying 1, 5, 9 and 13 connections; queue 1
+    // at 0.1.
+    let cores = [core(0, 0.8), core(1, 0.1)];
+    let buckets = [
+        bucket(0, 0, 0.2, 1),
+        bucket(1, 0, 0.2, 5),
+        bucket(2, 0, 0.2, 9),
+        bucket(3, 0, 0.2, 13),
+        bucket(4, 1, 0.1, 2),
+    ];
+    let learned = MoveCost {
+        fixed: 3_000_000,
+        per_connection: 250_000,
+    };
+    let config = RebalanceConfig {
+        smoothing: Duration::ZERO,
+        persistence: Duration::ZERO,
+        ..RebalanceConfig::default()
+    };
+    for (move_cost, costs) in [(None, config.move_costs()), (Some(learned), learned)] {
+        let plan = Rebalancer::new(config)
+            .unwrap()
+            .decide(&LoadSnapshot {
+                now: Duration::from_secs(1),
+                table: &table,
+                topology: &topo,
+                cores: &cores,
+                buckets: &buckets,
+                move_cost,
+            })
+            .unwrap();
+        assert_eq!(plan.outcome, RoundOutcome::Moved, "{plan:?}");
+        assert_eq!(plan.over, plan.mean_load * (1.0 + config.threshold));
+        assert!((plan.over - 0.45 * 1.1).abs() < 1e-9, "{plan:?}");
+        assert!(plan.moves[0].from_load > plan.over, "{plan:?}");
+        for m in &plan.moves {
+            assert_eq!(m.cost_ns, costs.of(m.connections), "{m:?}");
+            let horizon = config.cost_horizon as f64;
+            assert!((m.cost - m.cost_ns as f64 / horizon).abs() < 1e-15, "{m:?}");
+        }
+    }
+}
