@@ -180,15 +180,17 @@ pub struct MoveWhy {
     /// connection times the bucket's connections, as the policy priced it
     /// ([`BucketMove::cost_ns`]).
     pub cost_us: f64,
-    /// How many moves the cost was learned from (0: the configured
-    /// prior, [`RebalanceConfig::move_cost`]).
-    pub cost_learned_from: u64,
+    /// How many moves the cost was fitted on: the latest ones the fit
+    /// keeps, at most [`flowlane_numa_sched::move_cost::WINDOW`] (64), of
+    /// all the moves observed (0: the configured prior,
+    /// [`RebalanceConfig::move_cost`]).
+    pub cost_fit_moves: u64,
 }
 
 impl MoveWhy {
-    /// Why `m` of `plan` was planned, its cost learned from
-    /// `learned_from` moves: the policy's own figures, none computed again.
-    fn of(m: &BucketMove, plan: &RebalancePlan, learned_from: u64) -> MoveWhy {
+    /// Why `m` of `plan` was planned, its cost fitted on `fit_moves`
+    /// moves: the policy's own figures, none computed again.
+    fn of(m: &BucketMove, plan: &RebalancePlan, fit_moves: u64) -> MoveWhy {
         MoveWhy {
             policy: m.reason,
             from_load: m.from_load,
@@ -200,7 +202,7 @@ impl MoveWhy {
             gain: m.gain,
             cost: m.cost,
             cost_us: m.cost_ns as f64 / 1_000.0,
-            cost_learned_from: learned_from,
+            cost_fit_moves: fit_moves,
         }
     }
 }
@@ -407,9 +409,11 @@ impl AutoRebalance {
         self.costs.observe(connections, ns);
     }
 
-    /// What a move costs now, as learned, and from how many moves.
+    /// What a move costs now, as learned, and how many moves the fit
+    /// used (the latest, at most
+    /// [`flowlane_numa_sched::move_cost::WINDOW`]).
     pub fn move_cost(&self) -> (MoveCost, u64) {
-        (self.costs.estimate(), self.costs.observed())
+        (self.costs.estimate(), self.costs.fit_moves() as u64)
     }
 
     /// The policy's clock at `at`: the time since the loop started.
@@ -650,11 +654,11 @@ impl AutoRebalance {
                 return Vec::new();
             }
         };
-        let learned_from = self.costs.observed();
+        let fit_moves = self.costs.fit_moves() as u64;
         let whys = plan
             .moves
             .iter()
-            .map(|m| MoveWhy::of(m, &plan, learned_from))
+            .map(|m| MoveWhy::of(m, &plan, fit_moves))
             .collect();
         self.carry_out(now, &plan.moves, whys, try_move)
     }
@@ -1088,7 +1092,7 @@ mod tests {
             let why = t.why.as_ref().expect("the policy's move says why");
             assert!(why.gain > why.cost, "{why:?}");
             assert_eq!(
-                why.cost_learned_from, 0,
+                why.cost_fit_moves, 0,
                 "the first round is priced at the prior"
             );
         }
@@ -1140,6 +1144,36 @@ mod tests {
         let why = MoveWhy::of(&m, &plan, 5);
         assert_eq!((why.over, why.cost_us), (0.5, 2_000.0), "{why:?}");
         assert_eq!((why.cost, why.gain, why.load), (0.004, 0.2, 0.2));
+    }
+
+    /// The move line says how many moves the price was fitted on: the
+    /// latest 64 of the 70 observed, not 70.
+    #[test]
+    fn the_line_counts_the_moves_in_the_fit() {
+        let mut a = AutoRebalance::bare();
+        let t0 = a.epoch;
+        assert!(a.sample(&skewed(100, 0)).is_none());
+        let report = MoveReport {
+            connections: 1,
+            duration_us: 500.0,
+            ..MoveReport::default()
+        };
+        for _ in 0..70 {
+            a.learn(&report);
+        }
+        let window = flowlane_numa_sched::move_cost::WINDOW as u64;
+        assert_eq!(a.move_cost().1, window);
+        let out = a.round_on(t0, &TABLE, &skewed(200, 1), |_, _| {
+            (Ok(MoveReport::default()), true)
+        });
+        let why = out[0].why.as_ref().expect("the policy's move says why");
+        assert_eq!(why.cost_fit_moves, window, "{why:?}");
+        let line = crate::service_control::move_line(&crate::service_control::LoggedMove {
+            cause: out[0].cause,
+            outcome: Ok(MoveReport::default()),
+            why: out[0].why.clone(),
+        });
+        assert_eq!(line["why"]["cost_fit_moves"], window, "{line}");
     }
 
     /// A NIC refusing every table write: each round's first move fails

@@ -98,10 +98,17 @@ impl MoveCostModel {
         self.observed = self.observed.saturating_add(1);
     }
 
-    /// Every move observed since the start.
+    /// Every move observed since the start (the fit uses the latest
+    /// [`MoveCostModel::fit_moves`] of them).
     #[must_use]
     pub fn observed(&self) -> u64 {
         self.observed
+    }
+
+    /// The moves the fit uses: the latest ones, at most [`WINDOW`].
+    #[must_use]
+    pub fn fit_moves(&self) -> usize {
+        self.moves.len()
     }
 
     /// The prior: what the estimate is before any move.
@@ -271,6 +278,7 @@ mod tests {
         let e = m.estimate();
         assert!(e.of(1) < 300_000, "{e:?}");
         assert_eq!(m.observed(), 2 * WINDOW as u64);
+        assert_eq!(m.fit_moves(), WINDOW);
     }
 
     #[test]
