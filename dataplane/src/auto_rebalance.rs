@@ -185,12 +185,20 @@ pub struct MoveWhy {
     /// all the moves observed (0: the configured prior,
     /// [`RebalanceConfig::move_cost`]).
     pub cost_fit_moves: u64,
+    /// What those moves weighed against the prior's 4
+    /// ([`flowlane_numa_sched::move_cost::PRIOR_WEIGHT`]) when the move
+    /// was priced: each `e^(−age / τ)`
+    /// ([`RebalanceConfig::move_cost_memory`]), so at most
+    /// `cost_fit_moves`, and near 0 when they are old: the price is then
+    /// the prior's.
+    pub cost_fit_weight: f64,
 }
 
 impl MoveWhy {
     /// Why `m` of `plan` was planned, its cost fitted on `fit_moves`
-    /// moves: the policy's own figures, none computed again.
-    fn of(m: &BucketMove, plan: &RebalancePlan, fit_moves: u64) -> MoveWhy {
+    /// moves of weight `fit_weight`: the policy's own figures, none
+    /// computed again.
+    fn of(m: &BucketMove, plan: &RebalancePlan, (fit_moves, fit_weight): (u64, f64)) -> MoveWhy {
         MoveWhy {
             policy: m.reason,
             from_load: m.from_load,
@@ -203,6 +211,7 @@ impl MoveWhy {
             cost: m.cost,
             cost_us: m.cost_ns as f64 / 1_000.0,
             cost_fit_moves: fit_moves,
+            cost_fit_weight: fit_weight,
         }
     }
 }
@@ -347,7 +356,7 @@ impl AutoRebalance {
         Ok(AutoRebalance {
             mode,
             rebalancer,
-            costs: MoveCostModel::new(config.move_costs(), ceiling),
+            costs: MoveCostModel::new(config.move_costs(), ceiling, config.move_cost_memory),
             topology,
             epoch: now,
             next: now,
@@ -398,22 +407,30 @@ impl AutoRebalance {
             .note_move(usize::from(bucket), to as u16, now);
     }
 
-    /// Learns what a move costs from one that was made (the loop's, or
-    /// one by hand): its duration, from the request to the new queue
-    /// serving the bucket, against the connections it carried. The policy
-    /// prices the next rounds' moves by the fit of the latest ones
-    /// ([`MoveCostModel`]), the configured costs its prior.
+    /// Learns what a move costs from one that was made now (the loop's
+    /// storm's, or one by hand): its duration, from the request to the new
+    /// queue serving the bucket, against the connections it carried. The
+    /// policy prices the next rounds' moves by the fit of the latest ones
+    /// ([`MoveCostModel`]), the configured costs its prior, each move
+    /// weighing less as it ages ([`RebalanceConfig::move_cost_memory`]).
     pub fn learn(&mut self, report: &MoveReport) {
+        let now = self.clock(Instant::now());
+        self.learn_at(report, now);
+    }
+
+    /// [`AutoRebalance::learn`] of a move made at `at` (the policy's clock).
+    fn learn_at(&mut self, report: &MoveReport, at: Duration) {
         let connections = u32::try_from(report.connections).unwrap_or(u32::MAX);
         let ns = (report.duration_us * 1_000.0).clamp(0.0, u64::MAX as f64) as u64;
-        self.costs.observe(connections, ns);
+        self.costs.observe(connections, ns, at);
     }
 
     /// What a move costs now, as learned, and how many moves the fit
     /// used (the latest, at most
     /// [`flowlane_numa_sched::move_cost::WINDOW`]).
     pub fn move_cost(&self) -> (MoveCost, u64) {
-        (self.costs.estimate(), self.costs.fit_moves() as u64)
+        let now = self.clock(Instant::now());
+        (self.costs.estimate(now), self.costs.fit_moves() as u64)
     }
 
     /// The policy's clock at `at`: the time since the loop started.
@@ -638,7 +655,7 @@ impl AutoRebalance {
             return Vec::new();
         };
         let now = self.clock(at);
-        let costs = self.costs.estimate();
+        let costs = self.costs.estimate(now);
         let snapshot = LoadSnapshot {
             now,
             table: &table,
@@ -654,11 +671,11 @@ impl AutoRebalance {
                 return Vec::new();
             }
         };
-        let fit_moves = self.costs.fit_moves() as u64;
+        let fit = (self.costs.fit_moves() as u64, self.costs.fit_weight(now));
         let whys = plan
             .moves
             .iter()
-            .map(|m| MoveWhy::of(m, &plan, fit_moves))
+            .map(|m| MoveWhy::of(m, &plan, fit))
             .collect();
         self.carry_out(now, &plan.moves, whys, try_move)
     }
@@ -703,7 +720,7 @@ impl AutoRebalance {
                 self.rebalancer.move_failed(m, now);
             }
             if let (Ok(report), true) = (&outcome, landed) {
-                self.learn(report);
+                self.learn_at(report, now);
             }
             out.push(Tried {
                 cause,
@@ -1141,7 +1158,7 @@ mod tests {
             measured_max_over_mean: 1.75,
             predicted_max_over_mean: 1.25,
         };
-        let why = MoveWhy::of(&m, &plan, 5);
+        let why = MoveWhy::of(&m, &plan, (5, 4.5));
         assert_eq!((why.over, why.cost_us), (0.5, 2_000.0), "{why:?}");
         assert_eq!((why.cost, why.gain, why.load), (0.004, 0.2, 0.2));
     }
@@ -1174,6 +1191,38 @@ mod tests {
             why: out[0].why.clone(),
         });
         assert_eq!(line["why"]["cost_fit_moves"], window, "{line}");
+    }
+
+    /// A price learned from slow moves goes back to the prior while no
+    /// move is made: 64 moves of 40 ms price the next round's moves near
+    /// 40 ms, but a round 20 minutes later (20 of the policy's 60 s
+    /// memories) prices them at the prior's 20 µs + 2 µs a connection.
+    #[test]
+    fn a_learned_price_is_forgotten_while_no_move_is_made() {
+        let slow = MoveReport {
+            connections: 1,
+            duration_us: 40_000.0,
+            ..MoveReport::default()
+        };
+        let priced_after = |wait: Duration| {
+            let mut a = AutoRebalance::bare();
+            let t0 = a.epoch;
+            for _ in 0..64 {
+                a.learn_at(&slow, Duration::ZERO);
+            }
+            assert!(a.sample(&skewed(100, 0)).is_none());
+            let out = a.round_on(t0 + wait, &TABLE, &skewed(200, 1), |_, _| {
+                (Ok(MoveReport::default()), true)
+            });
+            out[0].why.clone().expect("the policy's move says why")
+        };
+        let fresh = priced_after(Duration::ZERO);
+        assert!(fresh.cost_us > 35_000.0, "{fresh:?}");
+        assert_eq!((fresh.cost_fit_moves, fresh.cost_fit_weight), (64, 64.0));
+        let old = priced_after(Duration::from_secs(20 * 60));
+        assert!(old.cost_us < 23.0, "{old:?}");
+        assert_eq!(old.cost_fit_moves, 64, "{old:?}");
+        assert!(old.cost_fit_weight < 1e-6, "{old:?}");
     }
 
     /// A NIC refusing every table write: each round's first move fails

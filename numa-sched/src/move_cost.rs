@@ -22,8 +22,19 @@
 //! that informed it (those with a connection count that differs from another move's, for
 //! the slope). Each part is bounded by the caller's ceiling, so that a host where moves
 //! took a long while once does not price every move out for good.
+//!
+//! The moves age: each weighs `e^(−age / τ)` (τ: the model's memory, 60 s by default,
+//! [`crate::rebalance::RebalanceConfig::move_cost_memory`]; the age from the time the
+//! caller passes with each move and each estimate: this crate reads no clock), in the
+//! medians (weighted medians; pairs weigh the product of their moves' weights) and in
+//! `n`. All moves age alike, so the fitted line stays and only its weight against the
+//! prior falls: while no move is made, the estimate goes back to the prior (a full window
+//! of 64 moves weighs as much as the prior after τ × ln 16, 2.8 τ). Without it a high price
+//! learned on a busy host would stay once the host quietened, for few moves are then
+//! made to teach it otherwise.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -35,6 +46,11 @@ pub const WINDOW: usize = 64;
 /// How many moves the prior counts as: after that many moves the estimate is halfway
 /// between the prior and what the moves showed.
 pub const PRIOR_WEIGHT: f64 = 4.0;
+
+/// The default memory τ of [`MoveCostModel`]: a move's weight falls by `e` in this time.
+/// One minute: a host's load changes over minutes, and the policy's long-run rate (8 moves
+/// a second) refills a window in 8 s while moves are being made.
+pub const DEFAULT_MEMORY: Duration = Duration::from_secs(60);
 
 /// What one bucket move costs, in the unit of the policy's snapshot (nanoseconds by the
 /// loop's snapshots): `fixed + per_connection × connections`.
@@ -64,37 +80,58 @@ impl MoveCost {
     }
 }
 
+/// One move observed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Observed {
+    connections: u32,
+    /// How long it took (the snapshot's unit).
+    duration: u64,
+    /// When it was observed, on the caller's clock.
+    at: Duration,
+}
+
 /// The running fit of measured moves (see the module's documentation).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MoveCostModel {
     prior: MoveCost,
     ceiling: MoveCost,
-    /// The latest moves: (connections, duration), at most [`WINDOW`].
-    moves: VecDeque<(u32, u64)>,
+    /// τ: a move's weight is `e^(−age / τ)`.
+    memory: Duration,
+    /// The latest moves, at most [`WINDOW`], oldest first.
+    moves: VecDeque<Observed>,
     /// Every move observed (for reports).
     observed: u64,
 }
 
 impl MoveCostModel {
     /// A model that estimates `prior` until moves are observed, and never more than
-    /// `ceiling` (each part; the prior itself is bounded too).
+    /// `ceiling` (each part; the prior itself is bounded too), whose moves weigh
+    /// `e^(−age / memory)` (a zero `memory` is taken as one nanosecond: a move counts only
+    /// at the time it was made).
     #[must_use]
-    pub fn new(prior: MoveCost, ceiling: MoveCost) -> Self {
+    pub fn new(prior: MoveCost, ceiling: MoveCost, memory: Duration) -> Self {
         Self {
             prior: prior.min(ceiling),
             ceiling,
+            memory: memory.max(Duration::from_nanos(1)),
             moves: VecDeque::with_capacity(WINDOW),
             observed: 0,
         }
     }
 
     /// Records a move that carried `connections` connections and took `duration` (the
-    /// snapshot's unit). The oldest of [`WINDOW`] moves is forgotten.
-    pub fn observe(&mut self, connections: u32, duration: u64) {
+    /// snapshot's unit), observed at `at` (any monotonic clock, the one
+    /// [`MoveCostModel::estimate`] is asked on). The oldest of [`WINDOW`] moves is
+    /// forgotten.
+    pub fn observe(&mut self, connections: u32, duration: u64, at: Duration) {
         if self.moves.len() == WINDOW {
             self.moves.pop_front();
         }
-        self.moves.push_back((connections, duration));
+        self.moves.push_back(Observed {
+            connections,
+            duration,
+            at,
+        });
         self.observed = self.observed.saturating_add(1);
     }
 
@@ -111,75 +148,130 @@ impl MoveCostModel {
         self.moves.len()
     }
 
+    /// What the fit's moves weigh at `now` against the prior's [`PRIOR_WEIGHT`]: each
+    /// `e^(−age / τ)`, so at most [`MoveCostModel::fit_moves`], and less as they age.
+    #[must_use]
+    pub fn fit_weight(&self, now: Duration) -> f64 {
+        self.weights(now).iter().sum()
+    }
+
+    /// The memory τ.
+    #[must_use]
+    pub fn memory(&self) -> Duration {
+        self.memory
+    }
+
+    /// Each move's weight at `now`: `e^(−age / τ)` (a move from after `now` weighs 1).
+    fn weights(&self, now: Duration) -> Vec<f64> {
+        let tau = self.memory.as_secs_f64();
+        self.moves
+            .iter()
+            .map(|m| (-now.saturating_sub(m.at).as_secs_f64() / tau).exp())
+            .collect()
+    }
+
     /// The prior: what the estimate is before any move.
     #[must_use]
     pub fn prior(&self) -> MoveCost {
         self.prior
     }
 
-    /// What a move costs now: the fit of the latest moves, weighed with the prior, bounded
-    /// by the ceiling.
+    /// What a move costs at `now` (the clock of [`MoveCostModel::observe`]): the fit of the
+    /// latest moves, weighed with the prior by their weight at `now`, bounded by the
+    /// ceiling.
+    ///
+    /// The fitted line (the slope, bounded by 0 and the ceiling, and the intercept under
+    /// it) does not change as the moves age, for they all age alike; each part is then
+    /// weighed with the prior's by the weight of the moves that informed it, which does.
     #[must_use]
-    pub fn estimate(&self) -> MoveCost {
-        if self.moves.is_empty() {
-            return self.prior;
-        }
+    pub fn estimate(&self, now: Duration) -> MoveCost {
+        let weights = self.weights(now);
         let ceiling = self.ceiling;
-        let (slope, informed) = self.slope();
-        let per_connection = blend(self.prior.per_connection as f64, slope, informed)
+        let prior = self.prior;
+        let (slope, informed) = self.slope(&weights);
+        let fit_slope = slope.unwrap_or(prior.per_connection as f64).max(0.0);
+        let per_connection = blend(prior.per_connection as f64, fit_slope, informed)
             .clamp(0.0, ceiling.per_connection as f64);
-        let mut rest: Vec<f64> = self
+        let line_slope = fit_slope.min(ceiling.per_connection as f64);
+        let rest: Vec<(f64, f64)> = self
             .moves
             .iter()
-            .map(|&(c, d)| d as f64 - per_connection * f64::from(c))
+            .zip(&weights)
+            .map(|(m, &w)| (m.duration as f64 - line_slope * f64::from(m.connections), w))
             .collect();
-        let intercept = median(&mut rest).max(0.0);
-        let fixed = blend(self.prior.fixed as f64, intercept, self.moves.len())
-            .clamp(0.0, ceiling.fixed as f64);
+        let fixed = match weighted_median(rest) {
+            Some(intercept) => blend(prior.fixed as f64, intercept.max(0.0), weights.iter().sum()),
+            None => prior.fixed as f64,
+        }
+        .clamp(0.0, ceiling.fixed as f64);
         MoveCost {
             fixed: fixed.round() as u64,
             per_connection: per_connection.round() as u64,
         }
     }
 
-    /// The median slope between moves of different connection counts, and how many moves
-    /// took part in such a pair (0: no slope, the moves all carried as many connections).
-    fn slope(&self) -> (f64, usize) {
-        let moves: Vec<(u32, u64)> = self.moves.iter().copied().collect();
+    /// The weighted median slope between moves of different connection counts (a pair
+    /// weighs the product of its moves' `weights`), and the weight of the moves that took
+    /// part in such a pair (None and 0: no slope, the moves all carried as many
+    /// connections, or weigh nothing).
+    fn slope(&self, weights: &[f64]) -> (Option<f64>, f64) {
         let mut slopes = Vec::new();
-        let mut informed = vec![false; moves.len()];
-        for (i, &(ci, di)) in moves.iter().enumerate() {
-            for (j, &(cj, dj)) in moves.iter().enumerate().skip(i + 1) {
-                if ci == cj {
+        let mut informed = vec![false; self.moves.len()];
+        for (i, a) in self.moves.iter().enumerate() {
+            for (j, b) in self.moves.iter().enumerate().skip(i + 1) {
+                if a.connections == b.connections {
                     continue;
                 }
-                slopes.push((dj as f64 - di as f64) / (f64::from(cj) - f64::from(ci)));
+                let slope = (b.duration as f64 - a.duration as f64)
+                    / (f64::from(b.connections) - f64::from(a.connections));
+                slopes.push((slope, weights[i] * weights[j]));
                 informed[i] = true;
                 informed[j] = true;
             }
         }
-        if slopes.is_empty() {
-            return (0.0, 0);
-        }
-        (median(&mut slopes), informed.iter().filter(|&&x| x).count())
+        let Some(slope) = weighted_median(slopes) else {
+            return (None, 0.0);
+        };
+        let weight = informed
+            .iter()
+            .zip(weights)
+            .filter(|(&x, _)| x)
+            .map(|(_, &w)| w)
+            .sum();
+        (Some(slope), weight)
     }
 }
 
-/// `(k × prior + n × fit) / (k + n)`, `k` = [`PRIOR_WEIGHT`].
-fn blend(prior: f64, fit: f64, n: usize) -> f64 {
-    let n = n as f64;
+/// `(k × prior + n × fit) / (k + n)`, `k` = [`PRIOR_WEIGHT`], `n` the fit's weight.
+fn blend(prior: f64, fit: f64, n: f64) -> f64 {
     (PRIOR_WEIGHT * prior + n * fit) / (PRIOR_WEIGHT + n)
 }
 
-/// The median of `xs` (the mean of the two middle ones for an even count); `xs` not empty.
-fn median(xs: &mut [f64]) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let n = xs.len();
-    if n % 2 == 1 {
-        xs[n / 2]
-    } else {
-        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+/// The weighted median of `(value, weight)` pairs: the least value whose weight and the
+/// lesser values' reach half the total, or the mean of it and the next value when they
+/// make exactly half (so that equal weights give the ordinary median, the mean of the two
+/// middle values for an even count). None when nothing weighs anything (pairs of weight 0
+/// are left out).
+fn weighted_median(mut xs: Vec<(f64, f64)>) -> Option<f64> {
+    xs.retain(|&(_, w)| w > 0.0);
+    xs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total: f64 = xs.iter().map(|&(_, w)| w).sum();
+    if total.is_nan() || total <= 0.0 {
+        return None;
     }
+    let half = total / 2.0;
+    let mut below = 0.0;
+    for (i, &(x, w)) in xs.iter().enumerate() {
+        below += w;
+        if below >= half {
+            let exact = (below - half).abs() <= 1e-12 * total;
+            return Some(match xs.get(i + 1) {
+                Some(&(next, _)) if exact => (x + next) / 2.0,
+                _ => x,
+            });
+        }
+    }
+    xs.last().map(|&(x, _)| x)
 }
 
 #[cfg(test)]
@@ -195,29 +287,50 @@ mod tests {
         per_connection: 1_000_000,
     };
 
+    /// When the tests' moves are made (and estimated, unless a test ages them).
+    const T0: Duration = Duration::from_secs(100);
+
+    fn model() -> MoveCostModel {
+        MoveCostModel::new(PRIOR, CEILING, DEFAULT_MEMORY)
+    }
+
     #[test]
     fn without_moves_the_estimate_is_the_prior_bounded() {
-        assert_eq!(MoveCostModel::new(PRIOR, CEILING).estimate(), PRIOR);
+        assert_eq!(model().estimate(T0), PRIOR);
         let low = MoveCost {
             fixed: 10_000,
             per_connection: 1_000,
         };
-        assert_eq!(MoveCostModel::new(PRIOR, low).estimate(), low);
+        assert_eq!(
+            MoveCostModel::new(PRIOR, low, DEFAULT_MEMORY).estimate(T0),
+            low
+        );
     }
 
+    /// Equal weights: the ordinary median. Else the value at half the weight.
     #[test]
-    fn median_of_odd_and_even_counts() {
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    fn weighted_median_of_odd_and_even_counts() {
+        let even = |xs: &[f64], w: f64| weighted_median(xs.iter().map(|&x| (x, w)).collect());
+        assert_eq!(even(&[3.0, 1.0, 2.0], 1.0), Some(2.0));
+        assert_eq!(even(&[4.0, 1.0, 3.0, 2.0], 1.0), Some(2.5));
+        assert_eq!(even(&[4.0, 1.0, 3.0, 2.0], 0.3), Some(2.5));
+        assert_eq!(even(&[4.0, 1.0], 0.0), None);
+        assert_eq!(weighted_median(Vec::new()), None);
+        // 1 weighs more than the rest together.
+        let heavy = vec![(1.0, 5.0), (2.0, 1.0), (3.0, 1.0), (4.0, 1.0)];
+        assert_eq!(weighted_median(heavy), Some(1.0));
+        // Weightless values are left out.
+        let light = vec![(1.0, 1.0), (2.0, 1.0), (100.0, 0.0), (3.0, 1.0)];
+        assert_eq!(weighted_median(light), Some(2.0));
     }
 
     #[test]
     fn moves_of_one_connection_count_learn_the_fixed_cost_and_keep_the_prior_slope() {
-        let mut m = MoveCostModel::new(PRIOR, CEILING);
+        let mut m = model();
         for _ in 0..WINDOW {
-            m.observe(0, 15_000_000);
+            m.observe(0, 15_000_000, T0);
         }
-        let e = m.estimate();
+        let e = m.estimate(T0);
         assert_eq!(e.per_connection, PRIOR.per_connection);
         // 64 moves against a prior worth 4: 15 ms × 64/68 + 20 µs × 4/68.
         let want = (15_000_000.0 * 64.0 + 20_000.0 * 4.0) / 68.0;
@@ -226,10 +339,10 @@ mod tests {
 
     #[test]
     fn one_move_weighs_against_the_prior() {
-        let mut m = MoveCostModel::new(PRIOR, CEILING);
-        m.observe(0, 10_020_000);
+        let mut m = model();
+        m.observe(0, 10_020_000, T0);
         // (4 × 20 µs + 1 × 10.02 ms) / 5.
-        assert_eq!(m.estimate().fixed, 2_020_000);
+        assert_eq!(m.estimate(T0).fixed, 2_020_000);
         assert_eq!(m.observed(), 1);
     }
 
@@ -248,7 +361,7 @@ mod tests {
     /// median slope by ~16 %: 43 984 ns a connection here.)
     #[test]
     fn the_fit_finds_the_line_through_outliers() {
-        let mut m = MoveCostModel::new(PRIOR, CEILING);
+        let mut m = model();
         let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
         for i in 0..WINDOW {
             let c = (next(&mut rng) % 201) as u32;
@@ -257,9 +370,9 @@ mod tests {
             if i % 4 == 3 {
                 d += 200_000_000.0;
             }
-            m.observe(c, d as u64);
+            m.observe(c, d as u64, T0);
         }
-        let e = m.estimate();
+        let e = m.estimate(T0);
         // The prior weighs 4 of 68: 12 ms × 64/68 ≈ 11.3 ms.
         let (fixed, per) = (e.fixed as f64, e.per_connection as f64);
         assert!((fixed - 11_300_000.0).abs() < 0.15 * 11_300_000.0, "{e:?}");
@@ -268,26 +381,102 @@ mod tests {
 
     #[test]
     fn the_estimate_follows_the_latest_moves() {
-        let mut m = MoveCostModel::new(PRIOR, CEILING);
+        let mut m = model();
         for _ in 0..WINDOW {
-            m.observe(1, 40_000_000);
+            m.observe(1, 40_000_000, T0);
         }
         for _ in 0..WINDOW {
-            m.observe(1, 200_000);
+            m.observe(1, 200_000, T0);
         }
-        let e = m.estimate();
+        let e = m.estimate(T0);
         assert!(e.of(1) < 300_000, "{e:?}");
         assert_eq!(m.observed(), 2 * WINDOW as u64);
-        assert_eq!(m.fit_moves(), WINDOW);
     }
 
     #[test]
     fn the_estimate_never_passes_the_ceiling() {
-        let mut m = MoveCostModel::new(PRIOR, CEILING);
+        let mut m = model();
         for c in 0..WINDOW as u32 {
-            m.observe(c, u64::MAX / 2 + u64::from(c) * 1_000_000_000_000);
+            m.observe(c, u64::MAX / 2 + u64::from(c) * 1_000_000_000_000, T0);
         }
-        assert_eq!(m.estimate(), CEILING);
+        assert_eq!(m.estimate(T0), CEILING);
+    }
+
+    const TAU: Duration = DEFAULT_MEMORY;
+
+    /// A price learned on a busy host (64 moves of 40 ms) goes back to the prior while no
+    /// move is made: by its weight against the prior's, `64 e^(−age/τ)` against 4.
+    #[test]
+    fn an_old_high_price_goes_back_to_the_prior() {
+        let mut m = model();
+        for _ in 0..WINDOW {
+            m.observe(1, 40_000_000, T0);
+        }
+        let at = |k: u32| m.estimate(T0 + TAU * k);
+        let fixed: Vec<u64> = [0, 1, 3, 10, 40].map(|k| at(k).fixed).to_vec();
+        assert!(fixed.windows(2).all(|w| w[1] < w[0]), "{fixed:?}");
+        assert!(fixed[0] > 37_000_000, "{fixed:?}");
+        // After τ: the moves weigh 64/e. The line's slope is the prior's (one connection
+        // count), its intercept 40 ms less 2 µs.
+        let w = 64.0 * (-1.0f64).exp();
+        let want = (4.0 * 20_000.0 + w * 39_998_000.0) / (4.0 + w);
+        assert!((fixed[1] as f64 - want).abs() < 1.0, "{fixed:?} {want}");
+        assert!((m.fit_weight(T0 + TAU) - w).abs() < 1e-9);
+        // After 10 τ: within 30 µs of the prior; after 40 τ, the prior.
+        assert!(fixed[3] < PRIOR.fixed + 30_000, "{fixed:?}");
+        assert_eq!(at(40), PRIOR);
+        assert_eq!(m.fit_moves(), WINDOW, "the window still holds them");
+    }
+
+    /// Fresh moves outweigh old ones in the medians: 4 moves of 1 ms now against 64 of
+    /// 40 ms ten memories ago (without aging the median would be 40 ms).
+    #[test]
+    fn fresh_moves_outweigh_old_ones() {
+        let mut m = model();
+        for _ in 0..WINDOW - 4 {
+            m.observe(1, 40_000_000, T0);
+        }
+        let now = T0 + TAU * 10;
+        for _ in 0..4 {
+            m.observe(1, 1_000_000, now);
+        }
+        let e = m.estimate(now);
+        // Prior 4 against the fresh 4: halfway between 20 µs and 1 ms, the old moves'
+        // weight (0.003) aside.
+        assert!(e.fixed > 490_000 && e.fixed < 600_000, "{e:?}");
+        let unaged = MoveCostModel::new(PRIOR, CEILING, Duration::MAX);
+        let mut u = unaged;
+        for _ in 0..WINDOW - 4 {
+            u.observe(1, 40_000_000, T0);
+        }
+        for _ in 0..4 {
+            u.observe(1, 1_000_000, now);
+        }
+        assert!(u.estimate(now).fixed > 35_000_000, "{:?}", u.estimate(now));
+    }
+
+    /// The memory sets how fast: after 10 s, a one-second memory has forgotten what a
+    /// minute's still remembers.
+    #[test]
+    fn the_memory_sets_how_fast_moves_are_forgotten() {
+        let mut short = MoveCostModel::new(PRIOR, CEILING, Duration::from_secs(1));
+        let mut long = model();
+        for m in [&mut short, &mut long] {
+            for c in 0..8 {
+                m.observe(c, 10_000_000 + u64::from(c) * 1_000_000, T0);
+            }
+        }
+        let later = T0 + Duration::from_secs(10);
+        let (s, l) = (short.estimate(later), long.estimate(later));
+        assert!(s.fixed < PRIOR.fixed + 1_000, "{s:?}");
+        assert!(s.per_connection < PRIOR.per_connection + 100, "{s:?}");
+        assert!(l.fixed > 5_000_000 && l.per_connection > 500_000, "{l:?}");
+        assert_eq!(short.memory(), Duration::from_secs(1));
+        // A zero memory forgets a move as soon as time passes.
+        let mut zero = MoveCostModel::new(PRIOR, CEILING, Duration::ZERO);
+        zero.observe(0, 10_000_000, T0);
+        assert!(zero.estimate(T0).fixed > 1_000_000);
+        assert_eq!(zero.estimate(T0 + Duration::from_millis(1)), PRIOR);
     }
 
     proptest::proptest! {
@@ -298,11 +487,11 @@ mod tests {
         fn prop_the_estimate_is_bounded(
             moves in proptest::collection::vec((0u32..10_000, 0u64..10_000_000_000), 0..150),
         ) {
-            let mut m = MoveCostModel::new(PRIOR, CEILING);
+            let mut m = model();
             for &(c, d) in &moves {
-                m.observe(c, d);
+                m.observe(c, d, T0);
             }
-            let e = m.estimate();
+            let e = m.estimate(T0);
             proptest::prop_assert!(e.fixed <= CEILING.fixed);
             proptest::prop_assert!(e.per_connection <= CEILING.per_connection);
             let latest = &moves[moves.len().saturating_sub(WINDOW)..];
@@ -313,11 +502,48 @@ mod tests {
             // Moves of one connection count: that count's cost is their median, weighed
             // with the prior's.
             if latest.iter().all(|&(c, _)| c == 0) && !latest.is_empty() {
-                let mut ds: Vec<f64> = latest.iter().map(|&(_, d)| d as f64).collect();
-                let want = blend(PRIOR.fixed as f64, median(&mut ds), latest.len())
+                let ds: Vec<(f64, f64)> = latest.iter().map(|&(_, d)| (d as f64, 1.0)).collect();
+                let want = blend(PRIOR.fixed as f64, weighted_median(ds).unwrap(), latest.len() as f64)
                     .min(CEILING.fixed as f64);
                 proptest::prop_assert!((e.fixed as f64 - want).abs() <= 1.0, "{e:?} {want}");
             }
+        }
+
+        /// While no move is made, each part of the estimate only comes nearer the prior,
+        /// and reaches it once the moves are old enough, whenever they were made.
+        #[test]
+        fn prop_without_moves_the_estimate_goes_back_to_the_prior(
+            moves in proptest::collection::vec(
+                (0u32..500, 0u64..200_000_000, 0u64..100_000),
+                1..100,
+            ),
+            waits in proptest::collection::vec(0u64..600_000, 1..8),
+        ) {
+            let mut m = model();
+            let mut last = Duration::ZERO;
+            for &(c, d, at_ms) in &moves {
+                let at = Duration::from_millis(at_ms);
+                last = last.max(at);
+                m.observe(c, d, at);
+            }
+            let mut now = last;
+            let mut was = m.estimate(now);
+            let gap = |a: u64, b: u64| a.abs_diff(b);
+            for &w in &waits {
+                now += Duration::from_millis(w);
+                let e = m.estimate(now);
+                proptest::prop_assert!(
+                    gap(e.fixed, PRIOR.fixed) <= gap(was.fixed, PRIOR.fixed) + 1,
+                    "{was:?} then {e:?}"
+                );
+                proptest::prop_assert!(
+                    gap(e.per_connection, PRIOR.per_connection)
+                        <= gap(was.per_connection, PRIOR.per_connection) + 1,
+                    "{was:?} then {e:?}"
+                );
+                was = e;
+            }
+            proptest::prop_assert_eq!(m.estimate(now + DEFAULT_MEMORY * 60), PRIOR);
         }
     }
 }

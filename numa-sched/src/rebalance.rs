@@ -150,6 +150,13 @@ pub struct RebalanceConfig {
     /// moves cheap). Default 500 000 000 (500 ms: the hold-down, the least a moved bucket
     /// stays). Must not be zero.
     pub cost_horizon: u64,
+    /// The memory τ of the learned move cost ([`crate::move_cost::MoveCostModel`]): a
+    /// move observed weighs `e^(−age / τ)` against the prior ([`RebalanceConfig::move_cost`],
+    /// [`RebalanceConfig::connection_cost`]), so that a price learned while moves were slow
+    /// goes back to the prior while none is made. Must not be zero. Default 60 s
+    /// ([`crate::move_cost::DEFAULT_MEMORY`]: a full window of 64 moves then weighs as
+    /// much as the prior after 2.8 minutes).
+    pub move_cost_memory: Duration,
     /// Time constant of the averages the policy acts on: each bucket's load and each
     /// queue's load outside its buckets, over rounds, a sample weighing `1 − e^(−Δt / τ)`
     /// (Δt: the time since the last round). A flow switching on and off much faster than
@@ -193,6 +200,7 @@ impl Default for RebalanceConfig {
             move_cost: 20_000,
             connection_cost: 2_000,
             cost_horizon: 500_000_000,
+            move_cost_memory: crate::move_cost::DEFAULT_MEMORY,
             smoothing: Duration::from_millis(500),
             persistence: Duration::from_millis(500),
             move_rate: 8.0,
@@ -241,6 +249,9 @@ impl RebalanceConfig {
                 "cost_horizon",
                 "must be longer than zero (e.g. 500 000 000 ns)",
             );
+        }
+        if self.move_cost_memory.is_zero() {
+            return bad("move_cost_memory", "must be longer than zero (e.g. 60 s)");
         }
         if !fraction(self.move_rate) {
             return bad(
@@ -1792,6 +1803,13 @@ mod tests {
                 ..d
             }),
             "base_period"
+        );
+        assert_eq!(
+            field(RebalanceConfig {
+                move_cost_memory: Duration::ZERO,
+                ..d
+            }),
+            "move_cost_memory"
         );
         let e = Rebalancer::new(RebalanceConfig { target: -1.0, ..d }).unwrap_err();
         assert!(e.to_string().contains("`target`"), "{e}");
