@@ -140,6 +140,9 @@ pub struct Tried {
     pub landed: bool,
     /// Why the policy made it (None: a storm's move).
     pub why: Option<MoveWhy>,
+    /// How long it took, from the request to the service's answer (a
+    /// move done also says its own `duration_us`, measured inside).
+    pub took: Duration,
 }
 
 /// Why the policy moved a bucket, for its move line
@@ -418,6 +421,41 @@ impl AutoRebalance {
         self.learn_at(report, now);
     }
 
+    /// Learns from a move asked for now, whatever came of it
+    /// ([`AutoRebalance::learn`] for one done): one that failed under way
+    /// costs the time from its request to its error, `took` (a move that
+    /// timed out, or was undone, is the dearest kind; leaving failures out
+    /// would price moves at the ones that went well), carrying the
+    /// `connections` its bucket held. A move refused before anything moved
+    /// ([`Error::MoveRefused`]) teaches nothing.
+    pub fn learn_outcome(
+        &mut self,
+        outcome: &Result<MoveReport>,
+        connections: u32,
+        took: Duration,
+    ) {
+        let now = self.clock(Instant::now());
+        self.learn_outcome_at(outcome, connections, took, now);
+    }
+
+    /// [`AutoRebalance::learn_outcome`] at `at` (the policy's clock).
+    fn learn_outcome_at(
+        &mut self,
+        outcome: &Result<MoveReport>,
+        connections: u32,
+        took: Duration,
+        at: Duration,
+    ) {
+        match outcome {
+            Ok(report) => self.learn_at(report, at),
+            Err(Error::MoveRefused(_)) => {}
+            Err(_) => {
+                let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+                self.costs.observe(connections, ns, at);
+            }
+        }
+    }
+
     /// [`AutoRebalance::learn`] of a move made at `at` (the policy's clock).
     fn learn_at(&mut self, report: &MoveReport, at: Duration) {
         let connections = u32::try_from(report.connections).unwrap_or(u32::MAX);
@@ -649,7 +687,7 @@ impl AutoRebalance {
         at: Instant,
         table: &[u32],
         readings: &[Reading],
-        try_move: impl FnMut(u16, u32) -> (Result<MoveReport>, bool),
+        try_move: impl FnMut(u16, u32) -> (Result<MoveReport>, bool, Duration),
     ) -> Vec<Tried> {
         let Some((table, cores, buckets)) = self.loads(table, readings) else {
             return Vec::new();
@@ -694,14 +732,16 @@ impl AutoRebalance {
     /// its bucket had moved stands. A round with a move that failed with
     /// its bucket where it was makes the loop wait longer
     /// ([`AutoRebalance::wait`]); one whose moves all landed ends that.
-    /// Each move made is learned from ([`AutoRebalance::learn`]); `whys`
+    /// Each move tried is learned from, failed or not
+    /// ([`AutoRebalance::learn_outcome`]: one that failed carried the
+    /// connections the plan counted in its bucket); `whys`
     /// (one per move) go with them into their [`Tried`].
     fn carry_out(
         &mut self,
         now: Duration,
         moves: &[BucketMove],
         whys: Vec<MoveWhy>,
-        mut try_move: impl FnMut(u16, u32) -> (Result<MoveReport>, bool),
+        mut try_move: impl FnMut(u16, u32) -> (Result<MoveReport>, bool, Duration),
     ) -> Vec<Tried> {
         let mut out = Vec::new();
         let mut failed = false;
@@ -714,19 +754,18 @@ impl AutoRebalance {
                 MoveReason::SameNode { .. } => MoveCause::BalanceSameNode,
                 MoveReason::NodeSaturated { .. } => MoveCause::BalanceOtherNode,
             };
-            let (outcome, landed) = try_move(m.bucket as u16, u32::from(m.to));
+            let (outcome, landed, took) = try_move(m.bucket as u16, u32::from(m.to));
             failed = outcome.is_err();
             if !landed {
                 self.rebalancer.move_failed(m, now);
             }
-            if let (Ok(report), true) = (&outcome, landed) {
-                self.learn_at(report, now);
-            }
+            self.learn_outcome_at(&outcome, m.connections, took, now);
             out.push(Tried {
                 cause,
                 outcome,
                 landed,
                 why: Some(why),
+                took,
             });
         }
         if out.iter().any(|t| !t.landed) {
@@ -741,29 +780,29 @@ impl AutoRebalance {
     fn storm(&mut self, service: &TcpService) -> Option<Tried> {
         let table = service.rss_table()?;
         let queues = service.dataplane().queues().len() as u64;
-        let mut in_use: Vec<u16> = Vec::new();
+        let mut in_use: Vec<(u16, u64)> = Vec::new();
         for (q, list) in service.bucket_counters() {
             in_use.extend(
                 list.iter()
                     .filter(|b| b.connections > 0 && table[usize::from(b.bucket)] == q)
-                    .map(|b| b.bucket),
+                    .map(|b| (b.bucket, b.connections)),
             );
         }
         if in_use.is_empty() || queues < 2 {
             return None;
         }
-        let bucket = in_use[(self.random() % in_use.len() as u64) as usize];
+        let (bucket, connections) = in_use[(self.random() % in_use.len() as u64) as usize];
         let from = u64::from(table[usize::from(bucket)]);
         let to = (from + 1 + self.random() % (queues - 1)) % queues;
-        let (outcome, landed) = move_and_see(service, bucket, to as u32);
-        if let (Ok(report), true) = (&outcome, landed) {
-            self.learn(report);
-        }
+        let (outcome, landed, took) = move_and_see(service, bucket, to as u32);
+        let connections = u32::try_from(connections).unwrap_or(u32::MAX);
+        self.learn_outcome(&outcome, connections, took);
         Some(Tried {
             cause: MoveCause::Storm,
             outcome,
             landed,
             why: None,
+            took,
         })
     }
 
@@ -1002,7 +1041,7 @@ mod tests {
         let table = [0, 0, 0, 0, 0, 0, 1, 1];
         let out = a.round_on(Instant::now(), &table, &readings, |bucket, to| {
             moved.push((bucket, to));
-            (Ok(MoveReport::default()), true)
+            (Ok(MoveReport::default()), true, Duration::ZERO)
         });
         assert_eq!(moved, [(5, 1)]);
         assert!(out.iter().all(|t| t.landed));
@@ -1056,7 +1095,7 @@ mod tests {
                 } else {
                     Ok(MoveReport::default())
                 };
-                (outcome, landed)
+                (outcome, landed, Duration::ZERO)
             });
             assert_eq!(out.len(), tried.len());
             // The plan: three of queue 0's buckets to queue 1.
@@ -1094,7 +1133,7 @@ mod tests {
                 duration_us: 30_000.0,
                 ..MoveReport::default()
             };
-            (Ok(report), true)
+            (Ok(report), true, Duration::ZERO)
         });
         assert_eq!(out.len(), 3);
         let (learned, from) = a.move_cost();
@@ -1117,6 +1156,7 @@ mod tests {
             cause: out[0].cause,
             outcome: Ok(MoveReport::default()),
             why: out[0].why.clone(),
+            failed_after: None,
         });
         assert_eq!(line["cause"], "balance_same_node", "{line}");
         for key in ["from_load", "over", "gain", "cost", "cost_us", "policy"] {
@@ -1181,7 +1221,7 @@ mod tests {
         let window = flowlane_numa_sched::move_cost::WINDOW as u64;
         assert_eq!(a.move_cost().1, window);
         let out = a.round_on(t0, &TABLE, &skewed(200, 1), |_, _| {
-            (Ok(MoveReport::default()), true)
+            (Ok(MoveReport::default()), true, Duration::ZERO)
         });
         let why = out[0].why.as_ref().expect("the policy's move says why");
         assert_eq!(why.cost_fit_moves, window, "{why:?}");
@@ -1189,6 +1229,7 @@ mod tests {
             cause: out[0].cause,
             outcome: Ok(MoveReport::default()),
             why: out[0].why.clone(),
+            failed_after: None,
         });
         assert_eq!(line["why"]["cost_fit_moves"], window, "{line}");
     }
@@ -1212,7 +1253,7 @@ mod tests {
             }
             assert!(a.sample(&skewed(100, 0)).is_none());
             let out = a.round_on(t0 + wait, &TABLE, &skewed(200, 1), |_, _| {
-                (Ok(MoveReport::default()), true)
+                (Ok(MoveReport::default()), true, Duration::ZERO)
             });
             out[0].why.clone().expect("the policy's move says why")
         };
@@ -1223,6 +1264,47 @@ mod tests {
         assert!(old.cost_us < 23.0, "{old:?}");
         assert_eq!(old.cost_fit_moves, 64, "{old:?}");
         assert!(old.cost_fit_weight < 1e-6, "{old:?}");
+    }
+
+    /// A move that failed is learned too, at the time from its request to
+    /// its error: a move that timed out after 2 s (the handoff's step
+    /// timeout) raises the price as far as the ceiling (a tenth of the
+    /// horizon: 50 ms), where leaving it out kept the prior. A move
+    /// refused before anything moved teaches nothing.
+    #[test]
+    fn a_failed_move_is_learned_at_what_it_took() {
+        let mut a = AutoRebalance::bare();
+        let t0 = a.epoch;
+        assert!(a.sample(&skewed(100, 0)).is_none());
+        let prior = a.rebalancer.config().move_costs();
+        let out = a.round_on(t0, &TABLE, &skewed(200, 1), |bucket, _| {
+            let e = format!("queue 1 did not answer the export within 2s: bucket {bucket} stays");
+            (Err(Error::Move(e)), false, Duration::from_secs(2))
+        });
+        assert_eq!(out.len(), 1, "a round stops at its first failure");
+        assert_eq!(out[0].took, Duration::from_secs(2));
+        let (learned, fit_moves) = a.move_cost();
+        assert_eq!(fit_moves, 1, "{learned:?}");
+        // (4 × 20 µs + 1 × 2 s) / 5, bounded by the ceiling.
+        let ceiling = a.rebalancer.config().cost_horizon / CEILING_FIXED_DIVISOR;
+        assert_eq!(learned.fixed, ceiling, "{learned:?}");
+        assert_eq!(learned.per_connection, prior.per_connection);
+        // Refused before anything moved: nothing learned.
+        a.learn_outcome(
+            &Err(Error::MoveRefused("bucket 3 is already on queue 1".into())),
+            1,
+            Duration::from_secs(5),
+        );
+        assert_eq!(a.move_cost().1, 1);
+        // Its move line says how long the failure took.
+        let line = crate::service_control::move_line(&crate::service_control::LoggedMove {
+            cause: out[0].cause,
+            outcome: Err(Error::Move("timed out".into())),
+            why: out[0].why.clone(),
+            failed_after: Some(out[0].took),
+        });
+        assert_eq!(line["duration_us"], 2_000_000.0, "{line}");
+        assert_eq!(line["error"], "timed out", "{line}");
     }
 
     /// A NIC refusing every table write: each round's first move fails
@@ -1243,7 +1325,11 @@ mod tests {
             let mut pairs = Vec::new();
             let out = a.round_on(at, &TABLE, &skewed(100 + 100 * round, round), |b, to| {
                 pairs.push((b, to));
-                (Err(Error::Move("the NIC refused".into())), false)
+                (
+                    Err(Error::Move("the NIC refused".into())),
+                    false,
+                    Duration::ZERO,
+                )
             });
             assert_eq!(out.len(), 1, "one move tried a round");
             tried.entry(pairs[0]).or_default().push(at);
@@ -1260,7 +1346,7 @@ mod tests {
         }
         // A move that lands: the loop's own period again.
         a.round_on(at, &TABLE, &skewed(700, 6), |_, _| {
-            (Ok(MoveReport::default()), true)
+            (Ok(MoveReport::default()), true, Duration::ZERO)
         });
         assert!(a.wait() <= a.period());
     }

@@ -138,17 +138,21 @@ impl ServiceView for TcpService {
 /// Moves `bucket` to `to` through `view`, and says whether the bucket is
 /// there afterwards: the move succeeded, or it failed once the bucket had
 /// moved (the table the service keeps, which names the queue that serves
-/// each bucket, names `to` now and did not before).
+/// each bucket, names `to` now and did not before); and how long the move
+/// took, from the request to the answer (what a move that failed cost:
+/// its error has no duration of its own).
 pub(crate) fn move_and_see(
     view: &dyn ServiceView,
     bucket: u16,
     to: u32,
-) -> (Result<MoveReport>, bool) {
+) -> (Result<MoveReport>, bool, Duration) {
     let at = |table: Vec<u32>| table.get(usize::from(bucket)).copied();
     let before = at(view.table());
+    let asked = Instant::now();
     let outcome = view.move_bucket(bucket, to);
+    let took = asked.elapsed();
     let landed = outcome.is_ok() || (before != Some(to) && at(view.table()) == Some(to));
-    (outcome, landed)
+    (outcome, landed, took)
 }
 
 /// Where the control socket goes.
@@ -408,10 +412,12 @@ impl ServiceControl {
                 if let Some(e) = self.tally(&t) {
                     last_error = Some(e);
                 }
+                let failed_after = t.outcome.is_err().then_some(t.took);
                 out.push(LoggedMove {
                     cause: t.cause,
                     outcome: t.outcome,
                     why: t.why,
+                    failed_after,
                 });
             }
             if self.by_default && self.failed_in_a_row >= DEFAULT_LOOP_FAILURES {
@@ -425,11 +431,16 @@ impl ServiceControl {
                 ));
             }
         }
-        out.extend(self.poll_view(tcp).into_iter().map(|outcome| LoggedMove {
-            cause: MoveCause::Manual,
-            outcome,
-            why: None,
-        }));
+        out.extend(
+            self.poll_socket(tcp)
+                .into_iter()
+                .map(|(outcome, took)| LoggedMove {
+                    cause: MoveCause::Manual,
+                    failed_after: outcome.is_err().then_some(took),
+                    outcome,
+                    why: None,
+                }),
+        );
         out
     }
 
@@ -440,6 +451,14 @@ impl ServiceControl {
     /// there, a service whose buckets cannot move) is answered to its
     /// requester only, neither returned nor counted.
     pub fn poll_view(&mut self, view: &dyn ServiceView) -> Vec<Result<MoveReport>> {
+        self.poll_socket(view)
+            .into_iter()
+            .map(|(outcome, _)| outcome)
+            .collect()
+    }
+
+    /// [`ServiceControl::poll_view`], with how long each move took.
+    fn poll_socket(&mut self, view: &dyn ServiceView) -> Vec<(Result<MoveReport>, Duration)> {
         let now = Instant::now();
         self.load.tick(now, || {
             view.queue_counters().iter().map(|q| q.io.busy_ns).collect()
@@ -473,7 +492,7 @@ impl ServiceControl {
                     ),
                 },
                 Request::Move { bucket, to_queue } => {
-                    let m = self.move_by_hand(view, bucket, to_queue);
+                    let (m, took) = self.move_by_hand(view, bucket, to_queue);
                     let response = match &m {
                         Ok(r) => Response::Moved(r.clone()),
                         Err(e) => Response::Error {
@@ -484,7 +503,7 @@ impl ServiceControl {
                     // counted either): its requester has the refusal, and
                     // the service logs no move line for it.
                     if !matches!(m, Err(Error::MoveRefused(_))) {
-                        out.push(m);
+                        out.push((m, took));
                     }
                     response
                 }
@@ -514,24 +533,39 @@ impl ServiceControl {
         }
     }
 
-    /// A move asked for through the control socket: recorded in the
-    /// history (unless refused before anything moved: a mistyped bucket
-    /// is no failed move) and, if the bucket landed, told to the
-    /// rebalancing loop, which then holds it there for its hold-down
-    /// rather than moving it straight back.
-    fn move_by_hand(&mut self, view: &dyn ServiceView, bucket: u16, to: u32) -> Result<MoveReport> {
-        let (m, landed) = move_and_see(view, bucket, to);
+    /// A move asked for through the control socket, and how long it took:
+    /// recorded in the history (unless refused before anything moved: a
+    /// mistyped bucket is no failed move), learned from by the rebalancing
+    /// loop, failed or not ([`AutoRebalance::learn_outcome`]), and, if
+    /// the bucket landed, told to the loop, which then holds it there for
+    /// its hold-down rather than moving it straight back.
+    fn move_by_hand(
+        &mut self,
+        view: &dyn ServiceView,
+        bucket: u16,
+        to: u32,
+    ) -> (Result<MoveReport>, Duration) {
+        // What a move that fails carried: the bucket's connections before.
+        let connections = self.auto.as_ref().map_or(0, |_| {
+            view.buckets()
+                .iter()
+                .flat_map(|(_, list)| list.iter())
+                .filter(|b| b.bucket == bucket)
+                .map(|b| b.connections)
+                .sum::<u64>()
+        });
+        let (m, landed, took) = move_and_see(view, bucket, to);
         if matches!(m, Err(Error::MoveRefused(_))) {
-            return m;
+            return (m, took);
         }
         self.history.record(MoveCause::Manual, &m, landed);
-        if let (true, Some(a)) = (landed, self.auto.as_mut()) {
-            a.note_move(bucket, to);
-            if let Ok(report) = &m {
-                a.learn(report);
+        if let Some(a) = self.auto.as_mut() {
+            if landed {
+                a.note_move(bucket, to);
             }
+            a.learn_outcome(&m, u32::try_from(connections).unwrap_or(u32::MAX), took);
         }
-        m
+        (m, took)
     }
 
     /// Every counter of the service now.
@@ -655,12 +689,17 @@ pub struct LoggedMove {
     /// over, the gain expected and the cost priced (None: not the
     /// policy's).
     pub why: Option<MoveWhy>,
+    /// For a move that failed, how long it took from the request to the
+    /// error (its line's `duration_us`; a move done says its own). None:
+    /// done, or not timed.
+    pub failed_after: Option<Duration>,
 }
 
 /// One move (or one that failed under way) as the JSON line services log:
 /// `{"event":"move", "cause", bucket, from, to, connections,
 /// frames_forwarded, frames_held, duration_us, ..., "why": {...}}` or
-/// `{"event":"move", "cause", "error", "why"}`; `why`
+/// `{"event":"move", "cause", "error", "duration_us", "why"}` (the
+/// time from the request to the error, when known); `why`
 /// ([`MoveWhy`]) only for the rebalancing loop's moves, so that an
 /// operator can audit each: the source CPU's load (`from_load`) over the
 /// level that made it give (`over`), the gain expected against the cost
@@ -669,7 +708,13 @@ pub fn move_line(logged: &LoggedMove) -> serde_json::Value {
     let mut line = serde_json::json!({"event": "move", "cause": logged.cause});
     let fields = match &logged.outcome {
         Ok(r) => serde_json::to_value(r).ok(),
-        Err(e) => Some(serde_json::json!({ "error": e.to_string() })),
+        Err(e) => Some(match logged.failed_after {
+            Some(t) => serde_json::json!({
+                "error": e.to_string(),
+                "duration_us": t.as_secs_f64() * 1e6,
+            }),
+            None => serde_json::json!({ "error": e.to_string() }),
+        }),
     };
     if let (Some(o), Some(serde_json::Value::Object(f))) = (line.as_object_mut(), fields) {
         o.extend(f);
@@ -919,6 +964,7 @@ mod tests {
             outcome: Err(Error::Move("a worker did not answer".into())),
             landed,
             why: None,
+            took: Duration::from_millis(3),
         };
         assert!(control.tally(&failed(false)).is_some());
         assert!(control.tally(&failed(false)).is_some());
@@ -947,10 +993,35 @@ mod tests {
             let mut control =
                 ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
             control.auto = Some(AutoRebalance::bare());
-            let m = control.move_by_hand(&view, 2, 1);
+            let (m, _) = control.move_by_hand(&view, 2, 1);
             assert_eq!(m.is_ok(), answers);
             let held = control.auto.as_ref().unwrap().is_held(2);
             assert_eq!(held, takes, "({takes}, {answers})");
+        }
+    }
+
+    /// A move made by hand teaches the loop what moves cost, failed or not
+    /// (one that failed, at the time from its request to its error); one
+    /// refused before anything moved does not.
+    #[test]
+    fn a_move_made_by_hand_is_learned_failed_or_not() {
+        for (takes, answers) in [(true, true), (true, false), (false, false)] {
+            let view = Scripted {
+                table: std::cell::RefCell::new(vec![0, 1, 0, 1]),
+                next: std::cell::Cell::new((takes, answers)),
+            };
+            let mut control =
+                ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
+            control.auto = Some(AutoRebalance::bare());
+            let _ = control.move_by_hand(&view, 2, 1);
+            let fit_moves = control.auto.as_ref().unwrap().move_cost().1;
+            assert_eq!(fit_moves, 1, "({takes}, {answers})");
+            let _ = control.move_by_hand(&Refuses, 2, 1);
+            let fit_moves = control.auto.as_ref().unwrap().move_cost().1;
+            assert_eq!(
+                fit_moves, 1,
+                "({takes}, {answers}): a refusal teaches nothing"
+            );
         }
     }
 
@@ -1035,7 +1106,7 @@ mod tests {
     #[test]
     fn a_refused_move_by_hand_is_no_failed_move() {
         let mut control = ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
-        let m = control.move_by_hand(&Refuses, 2, 1);
+        let (m, _) = control.move_by_hand(&Refuses, 2, 1);
         assert!(
             matches!(&m, Err(Error::MoveRefused(e)) if e.contains("no RSS buckets")),
             "{m:?}"
@@ -1045,7 +1116,7 @@ mod tests {
             table: std::cell::RefCell::new(vec![0, 1, 0, 1]),
             next: std::cell::Cell::new((false, false)),
         };
-        assert!(control.move_by_hand(&failed, 2, 1).is_err());
+        assert!(control.move_by_hand(&failed, 2, 1).0.is_err());
         assert_eq!(control.history.failed, 1);
     }
 
