@@ -13,8 +13,8 @@
 use std::fmt;
 
 use flowlane_dataplane::control_socket::{
-    MoveCause, MoveHistory, NicQueueStats, NicReport, QueueCounterSet, QueuePairCounters,
-    QueueSteering, RelayMemoryCounters, ServiceCounters,
+    MoveCause, MoveCostStatus, MoveHistory, NicQueueStats, NicReport, QueueCounterSet,
+    QueuePairCounters, QueueSteering, RelayMemoryCounters, ServiceCounters,
 };
 use flowlane_dataplane::InterfaceStats;
 use flowlane_numa_sched::nic_caps::{XdpFeature, XskMode};
@@ -650,6 +650,31 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         G,
         &|s| Sample::Real(s.imbalance),
     ));
+    let with_loop = |name, help, f: &dyn Fn(&MoveCostStatus) -> u64| Family {
+        name,
+        help,
+        kind: G,
+        series: scrape
+            .services
+            .iter()
+            .filter_map(|s| Some((service_labels(s), Sample::Int(f(s.move_cost.as_ref()?)))))
+            .collect(),
+    };
+    out.push(with_loop(
+        "flowlane_rebalance_move_cost_fixed_ns",
+        "What the service's rebalancing loop prices a bucket move at now, besides its connections, in nanoseconds: learned from the latest moves' durations (failed ones included), weighed with the configured 20 µs as they age (a minute's memory). A move is made only if the load it takes off a core is worth more over the policy's 500 ms horizon.",
+        &|c| c.fixed_ns,
+    ));
+    out.push(with_loop(
+        "flowlane_rebalance_move_cost_per_connection_ns",
+        "What the service's rebalancing loop prices each connection a bucket move carries at now, in nanoseconds (learned as flowlane_rebalance_move_cost_fixed_ns; the configured prior 2 µs).",
+        &|c| c.per_connection_ns,
+    ));
+    out.push(with_loop(
+        "flowlane_rebalance_move_cost_observed",
+        "The moves the rebalancing loop's move price is fitted on: the latest ones, at most 64 (0: the configured prior).",
+        &|c| c.fit_moves,
+    ));
     out.push(per_service(
         "flowlane_control_clients_dropped",
         "Clients the service's control socket dropped: too slow to send a whole request or to take their answer, or making room for others (many connections that send or read nothing).",
@@ -1087,6 +1112,11 @@ mod tests {
             socket: None,
             queue_pair: None,
             stopping: false,
+            move_cost: Some(Box::new(MoveCostStatus {
+                fixed_ns: 7_070_000,
+                per_connection_ns: 2_500,
+                fit_moves: 5,
+            })),
             nic: Some(InterfaceStats {
                 rx_packets: 5000,
                 tx_dropped: 2,
@@ -1204,6 +1234,30 @@ mod tests {
                 ),
             "{help}"
         );
+    }
+
+    /// The learned move cost: three gauges per service whose loop runs
+    /// (none for a service without one).
+    #[test]
+    fn the_learned_move_cost_is_three_gauges_per_service_with_a_loop() {
+        let mut s = scrape();
+        s.services[1].move_cost = None;
+        let page = render(&s, Format::Text);
+        for (name, value) in [
+            ("flowlane_rebalance_move_cost_fixed_ns", "7070000"),
+            ("flowlane_rebalance_move_cost_per_connection_ns", "2500"),
+            ("flowlane_rebalance_move_cost_observed", "5"),
+        ] {
+            assert_eq!(
+                line(&page, &format!(r#"{name}{{service="bulk-sink""#)),
+                format!(r#"{name}{{service="bulk-sink",pid="41"}} {value}"#)
+            );
+            assert!(page.contains(&format!("# TYPE {name} gauge\n")), "{name}");
+            assert!(
+                !page.contains(&format!(r#"{name}{{service="http-server""#)),
+                "{name}: no loop, no series"
+            );
+        }
     }
 
     #[test]

@@ -375,6 +375,28 @@ pub struct ServiceCounters {
     /// counters are those of its drain.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopping: bool,
+    /// What its rebalancing loop prices a move at now, as learned from
+    /// the moves made; None where no loop runs, and from a service of an
+    /// older version. (Boxed: the counters answer is the largest of the
+    /// socket's answers already.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub move_cost: Option<Box<MoveCostStatus>>,
+}
+
+/// What a service's rebalancing loop prices a bucket move at now: the
+/// learned move cost (numa-sched's `MoveCostModel`: a robust fit of the
+/// latest moves' durations against the connections they carried, weighed
+/// with the configured prior as they age), as `flowlane daemon` serves it
+/// (`flowlane_rebalance_move_cost_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct MoveCostStatus {
+    /// The price of a move with no connection, in nanoseconds.
+    pub fixed_ns: u64,
+    /// The price of each connection a move carries, in nanoseconds.
+    pub per_connection_ns: u64,
+    /// The moves the fit uses: the latest ones, at most 64 (0: the price
+    /// is the configured prior).
+    pub fit_moves: u64,
 }
 
 /// Queue-pair mode's counters: its application threads, the connections
@@ -2089,6 +2111,7 @@ mod tests {
             control_clients_dropped: 0,
             socket: None,
             stopping: false,
+            move_cost: None,
             queue_pair: Some(QueuePairCounters {
                 app_threads: 2,
                 dead_threads: vec![1],

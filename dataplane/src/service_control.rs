@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use crate::auto_rebalance::{AutoRebalance, Mode, MoveWhy, Tried, Wish};
 use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::{
-    self, ControlSocket, FlowAnswer, FlowQuery, MoveCause, MoveHistory, QueueCounterSet,
-    QueuePairCounters, QueueStatus, QueueSteering, Request, Response, ServiceCounters,
-    ServiceStatus,
+    self, ControlSocket, FlowAnswer, FlowQuery, MoveCause, MoveCostStatus, MoveHistory,
+    QueueCounterSet, QueuePairCounters, QueueStatus, QueueSteering, Request, Response,
+    ServiceCounters, ServiceStatus,
 };
 use crate::handoff::MoveReport;
 use crate::iface::InterfaceStats;
@@ -587,7 +587,18 @@ impl ServiceControl {
             socket: None,
             queue_pair: self.queue_pairs.as_ref().map(|read| (read.0)()),
             stopping: self.stopping,
+            move_cost: self.move_cost(),
         }
+    }
+
+    /// What the rebalancing loop prices a move at now (None: no loop).
+    fn move_cost(&self) -> Option<Box<MoveCostStatus>> {
+        let (cost, fit_moves) = self.auto.as_ref()?.move_cost();
+        Some(Box::new(MoveCostStatus {
+            fixed_ns: cost.fixed,
+            per_connection_ns: cost.per_connection,
+            fit_moves,
+        }))
     }
 
     /// Where `flow` is processed now, or why this service cannot say.
@@ -1023,6 +1034,32 @@ mod tests {
                 "({takes}, {answers}): a refusal teaches nothing"
             );
         }
+    }
+
+    /// The counters answer carries the loop's learned move cost (what the
+    /// daemon serves as `flowlane_rebalance_move_cost_*`); none without a
+    /// loop.
+    #[test]
+    fn the_counters_carry_the_learned_move_cost() {
+        let view = Scripted {
+            table: std::cell::RefCell::new(vec![0, 1, 0, 1]),
+            next: std::cell::Cell::new((true, true)),
+        };
+        let mut control = ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
+        assert_eq!(control.counters(&view).move_cost, None);
+        control.auto = Some(AutoRebalance::bare());
+        let prior = RebalanceConfig::default().move_costs();
+        assert_eq!(
+            control.counters(&view).move_cost,
+            Some(Box::new(MoveCostStatus {
+                fixed_ns: prior.fixed,
+                per_connection_ns: prior.per_connection,
+                fit_moves: 0,
+            }))
+        );
+        let _ = control.move_by_hand(&view, 2, 1);
+        let cost = control.counters(&view).move_cost.unwrap();
+        assert_eq!(cost.fit_moves, 1, "{cost:?}");
     }
 
     /// A service without buckets: every move is refused before anything

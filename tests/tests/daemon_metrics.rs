@@ -363,6 +363,14 @@ fn the_daemon_serves_a_running_service_s_counters_to_prometheus() {
         p99.is_some_and(|s| s.is_finite() && s > 0.0),
         "move p99 {p99:?}"
     );
+    // Its rebalancing loop is off: no learned move price to serve.
+    for name in [
+        "flowlane_rebalance_move_cost_fixed_ns",
+        "flowlane_rebalance_move_cost_per_connection_ns",
+        "flowlane_rebalance_move_cost_observed",
+    ] {
+        assert!(!page.contains(&format!("{name}{{")), "{name}: {page}");
+    }
     // One screen, as JSON: the daemon runs, the sink with its two queues
     // and the move just made.
     let o = flowlane(&[
