@@ -9,6 +9,7 @@ mod tcp_common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use flowlane_dataplane::control_socket::{request, Request, Response};
 use flowlane_testbed::net_counters::{self, NetCounters};
 use flowlane_tests::{flowlane, require_root, text, Bed};
 use serde_json::Value;
@@ -222,20 +223,53 @@ fn a_skewed_start_is_rebalanced_without_loss_or_reset() {
     // Every bucket on queue 0: the skew.
     let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--spread", "0"]);
     assert!(o.status.success(), "{}", text(&o));
-    let r = run(&bed, 16, Load::Bytes(24 << 20), &["--rebalance", "auto"]);
+    let sock = std::env::temp_dir().join(format!("{}.sock", bed.name));
+    let flags = [
+        "--rebalance",
+        "auto",
+        "--control-socket",
+        sock.to_str().unwrap(),
+    ];
+    // While the senders send, the service's counters carry its loop's
+    // price of a move (what the daemon serves as
+    // flowlane_rebalance_move_cost_*): the prior at first, then learned.
+    let mut priced = Vec::new();
+    let r = run_during(&bed, 16, Load::Bytes(24 << 20), &flags, |senders_done| {
+        while !senders_done() {
+            std::thread::sleep(Duration::from_millis(100));
+            if let Ok(Response::Counters(c)) =
+                request(&sock, &Request::Counters, Duration::from_secs(2))
+            {
+                priced.push(c.move_cost);
+            }
+        }
+    });
+    assert!(!priced.is_empty(), "the control socket never answered");
+    assert!(priced.iter().all(Option::is_some), "{priced:?}");
+    let fitted = priced.iter().flatten().map(|c| c.fit_moves).max();
+    eprintln!("move cost as served: {:?}", priced.last());
     assert!(!r.moves.is_empty(), "no bucket moved");
     for m in &r.moves {
         assert!(m.get("error").is_none(), "{m}");
         // Each of the loop's moves says why: the gain expected above the
-        // cost priced (the configured one until moves were learned from).
+        // cost priced (the configured one until moves were learned from),
+        // and how many moves that price was fitted on (at most 64).
         assert_eq!(m["cause"], "balance_same_node", "{m}");
         let why = &m["why"];
         assert!(
             why["gain"].as_f64().unwrap() > why["cost"].as_f64().unwrap(),
             "{m}"
         );
+        assert!(why["cost_fit_moves"].as_u64().unwrap() <= 64, "{m}");
+        assert!(why["cost_fit_weight"].as_f64().is_some(), "{m}");
         assert_eq!(m["hold_timed_out"], false, "{m}");
     }
+    // A price fitted on no more moves than were made.
+    assert!(
+        fitted.unwrap_or(0) <= r.moves.len() as u64,
+        "{fitted:?} of {} moves",
+        r.moves.len()
+    );
     let q = queues(&r.lines);
     let segs: Vec<u64> = q
         .iter()
@@ -345,6 +379,9 @@ fn a_default_loop_stops_when_the_nic_refuses_table_writes() {
     for m in &failed {
         let e = m["error"].as_str().unwrap_or_default();
         assert!(e.contains("could not be written"), "{m}");
+        // How long the failure took (a move and its undo): what the
+        // loop's learned price counts it at.
+        assert!(m["duration_us"].as_f64().is_some_and(|d| d > 0.0), "{m}");
     }
     let stopped = r
         .stderr
