@@ -4,11 +4,12 @@
 # receive buffer (SO_RCVBUF 1: its window shuts after a segment or two),
 # send BYTES each to `echo-server` and read nothing, so that every echo waits
 # in the service's send buffers; the service's anonymous memory is read
-# before, once the attack has pushed for SECS seconds, and after the
-# connections are reset. flowlane's stack bounds its receive memory
-# (`Config::recv_memory`), not its send memory (each connection's
-# `send_buffer`, 64 KiB, growing to 4 MiB); the kernel backend bounds both
-# (`Limits::rx_memory`, `tx_memory`), Linux both (tcp_mem).
+# before, once the attack has pushed for SECS seconds, 3 s after the
+# connections are reset, and 10 s later (settled: each stack gives the free
+# memory that lay idle back every second, the service trims the heap).
+# flowlane's stack bounds its receive memory (`Config::recv_memory`) and its
+# send memory (`Config::send_memory`, `--send-memory`); the kernel backend
+# both (`Limits::rx_memory`, `tx_memory`), Linux both (tcp_mem).
 #
 #   scripts/send-memory.sh [xdp|kernel ...]     # default: xdp kernel
 #
@@ -16,8 +17,8 @@
 # CONNS (4000), BYTES (262144), SECS (30). Needs root and python3.
 #
 # One line per backend: connections, bytes the peers got rid of, the
-# service's RssAnon (KiB) at start, under the attack and after it, the same
-# less the start, per connection, and the writes the service's send memory
+# service's RssAnon (KiB) at start, under the attack, after it and settled,
+# the attack's less the start per connection, and the writes the service's send memory
 # cut short (its summary's `tx_memory_waits`).
 set -euo pipefail
 source "$(dirname "$0")/lib/target-dir.sh"
@@ -116,6 +117,8 @@ for b in "${BACKENDS[@]}"; do
   ATK_PID=
   sleep 3
   after=$(rss "$SVC_PID")
+  sleep 10
+  settled=$(rss "$SVC_PID")
   { kill "$SVC_PID" && wait "$SVC_PID"; } 2>/dev/null || true
   SVC_PID=
   waits=$(python3 -c '
@@ -128,6 +131,6 @@ for l in open(sys.argv[1]):
     if v.get("event") == "summary":
         print(v["counters"]["total"].get("tx_memory_waits", 0))
 ' "$WORK/$b.out")
-  printf '%-6s conns %d peers %s rss_anon_kib start %d attack %d after %d per_conn_kib %d send_memory_waits %s\n' \
-    "$b" "$CONNS" "$(cat "$WORK/peers.out")" "$start" "$held" "$after" $(((held - start) / CONNS)) "${waits:-?}"
+  printf '%-6s conns %d peers %s rss_anon_kib start %d attack %d after %d settled %d per_conn_kib %d send_memory_waits %s\n' \
+    "$b" "$CONNS" "$(cat "$WORK/peers.out")" "$start" "$held" "$after" "$settled" $(((held - start) / CONNS)) "${waits:-?}"
 done

@@ -194,6 +194,8 @@ const QUEUE_ROWS: &[QueueRow] = &[
     row!("flowlane_tcp_resets_sent", "", C, ["reason" = "timed_out"], |q| q.tcp.resets_timed_out),
     row!("flowlane_tcp_ecn_ce_received", "Segments received with an ECN Congestion Experienced mark.", C, [], |q| q.tcp.ce_received),
     row!("flowlane_tcp_buffer_memory_bytes", "Buffer memory the queue's connections hold now.", G, [], |q| q.tcp.buffer_memory),
+    row!("flowlane_tcp_buffer_memory_cached_bytes", "Free buffer memory the queue's stack keeps for reuse: what a busy spell left, half of what lay idle given back to the allocator each second.", G, [], |q| q.tcp.buffer_memory_cached),
+    row!("flowlane_tcp_buffer_memory_returned_bytes", "Buffer memory the queue's stack gave back to the allocator: free chunks past what it keeps, and those its trims found idle.", C, [], |q| q.tcp.buffer_memory_returned),
     row!("flowlane_tcp_receive_memory_committed_bytes", "Receive memory committed now, of the stack's budget.", G, [], |q| q.tcp.recv_memory_committed),
     row!("flowlane_tcp_memory_peak_bytes", "Kernel sockets: the most bytes of receive or send buffers the core's connections held at once (bounded by its memory limits).", G, ["direction" = "receive"], |q| q.tcp.rx_memory_peak),
     row!("flowlane_tcp_memory_peak_bytes", "", G, ["direction" = "send"], |q| q.tcp.tx_memory_peak),
@@ -682,6 +684,18 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         &|s| Sample::Int(s.control_clients_dropped),
     ));
     out.push(per_service(
+        "flowlane_heap_trims",
+        "Times the service asked the C allocator (glibc's malloc_trim) to hand the memory its queues gave back to the system: once they returned 16 MiB since the last, at most every 5 s.",
+        C,
+        &|s| Sample::Int(s.heap_trims),
+    ));
+    out.push(per_service(
+        "flowlane_heap_trim_seconds",
+        "Time those heap trims took, on the service's control thread (not a worker's).",
+        C,
+        &|s| Sample::Real(s.heap_trim_ns as f64 / 1e9),
+    ));
+    out.push(per_service(
         "flowlane_rebalance_move_duration_seconds",
         "Time from a move's request to the new queue serving the bucket.",
         MetricType::Histogram,
@@ -1109,6 +1123,8 @@ mod tests {
             moves,
             imbalance: 1.25,
             control_clients_dropped: 0,
+            heap_trims: 0,
+            heap_trim_ns: 0,
             socket: None,
             queue_pair: None,
             stopping: false,
@@ -1337,6 +1353,26 @@ mod tests {
                 r#"flowlane_control_clients_dropped_total{service="bulk-sink""#
             ),
             r#"flowlane_control_clients_dropped_total{service="bulk-sink",pid="41"} 3"#
+        );
+    }
+
+    /// The heap trims are counters per service, their time in seconds.
+    #[test]
+    fn the_heap_trims_are_counted_per_service() {
+        let mut s = scrape();
+        s.services[0].heap_trims = 2;
+        s.services[0].heap_trim_ns = 1_500_000;
+        let page = render(&s, Format::Text);
+        assert_eq!(
+            line(&page, r#"flowlane_heap_trims_total{service="bulk-sink""#),
+            r#"flowlane_heap_trims_total{service="bulk-sink",pid="41"} 2"#
+        );
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_heap_trim_seconds_total{service="bulk-sink""#
+            ),
+            r#"flowlane_heap_trim_seconds_total{service="bulk-sink",pid="41"} 0.0015"#
         );
     }
 

@@ -343,7 +343,7 @@ impl Services {
                     // tells it from others that call themselves the same.
                     c.socket = pid.is_none().then(|| path.clone());
                     c.pid = pid.unwrap_or(c.pid);
-                    scrape.services.push(c);
+                    scrape.services.push(*c);
                 }
                 // No service there, or one this daemon may not ask (said),
                 // or another daemon.

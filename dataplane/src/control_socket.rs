@@ -134,7 +134,7 @@ pub enum Response {
     /// The answer to [`Request::Status`].
     Status(ServiceStatus),
     /// The answer to [`Request::Counters`].
-    Counters(ServiceCounters),
+    Counters(Box<ServiceCounters>),
     /// The answer to [`Request::Hint`].
     Hint(FlowAnswer),
     /// The answer to [`Request::Host`].
@@ -359,6 +359,14 @@ pub struct ServiceCounters {
     /// their answer, or making room for others).
     #[serde(default)]
     pub control_clients_dropped: u64,
+    /// Times the service asked the C allocator to hand the memory its
+    /// queues gave back to the system (`malloc_trim`, glibc), once they
+    /// had returned 16 MiB since the last, at most every 5 s.
+    #[serde(default)]
+    pub heap_trims: u64,
+    /// Nanoseconds those trims took, together.
+    #[serde(default)]
+    pub heap_trim_ns: u64,
     /// Where a reader found the service when it cannot tell which process
     /// listens there (one outside its pid namespace: `pid` is then what
     /// the service calls itself, which replicas in containers share, all
@@ -2109,6 +2117,8 @@ mod tests {
             nic: None,
             imbalance: 1.0,
             control_clients_dropped: 0,
+            heap_trims: 0,
+            heap_trim_ns: 0,
             socket: None,
             stopping: false,
             move_cost: None,
@@ -2134,7 +2144,7 @@ mod tests {
                     .collect(),
             }),
         };
-        let answer = Response::Counters(c.clone());
+        let answer = Response::Counters(Box::new(c.clone()));
         let line = serde_json::to_string(&answer).unwrap();
         assert_eq!(
             serde_json::from_str::<Response>(&line).unwrap(),

@@ -27,6 +27,7 @@ pub mod cpu_time;
 pub mod ephemeral;
 mod frame_batch;
 pub mod handoff;
+mod heap_trim;
 pub mod iface;
 mod iface_watch;
 pub mod kernel_neighbors;

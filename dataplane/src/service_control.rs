@@ -21,6 +21,7 @@ use crate::control_socket::{
     ServiceCounters, ServiceStatus,
 };
 use crate::handoff::MoveReport;
+use crate::heap_trim::HeapTrim;
 use crate::iface::InterfaceStats;
 use crate::tcp_service::{ServiceHint, TcpService};
 use crate::{Error, Result};
@@ -192,6 +193,8 @@ pub struct ServiceControl {
     /// The control socket's clients dropped so far, as of its last poll
     /// (the socket is out of its place while it answers).
     control_dropped: u64,
+    /// The heap trims made after the queues gave memory back.
+    heap: HeapTrim,
     /// Where queue-pair mode's counters are read, for a service in that
     /// mode ([`ServiceControl::report_queue_pairs`]).
     queue_pairs: Option<QueuePairSource>,
@@ -350,6 +353,7 @@ impl ServiceControl {
             off_because: None,
             failed_in_a_row: 0,
             control_dropped: 0,
+            heap: HeapTrim::new(Instant::now()),
             queue_pairs: None,
             stopping: false,
         })
@@ -463,6 +467,16 @@ impl ServiceControl {
         self.load.tick(now, || {
             view.queue_counters().iter().map(|q| q.io.busy_ns).collect()
         });
+        self.heap.poll(
+            now,
+            || {
+                let queues = view.queue_counters();
+                queues.iter().map(|q| q.tcp.buffer_memory_returned).sum()
+            },
+            || {
+                crate::sys::release_free_heap();
+            },
+        );
         if let Some((daemon, next)) = self.daemon.take() {
             // Where no daemon listens the connect fails at once.
             if now >= next {
@@ -480,7 +494,7 @@ impl ServiceControl {
             self.control_dropped = socket.clients_dropped();
             socket.poll(|req| match req {
                 Request::Status => Response::Status(self.status(view)),
-                Request::Counters => Response::Counters(self.counters(view)),
+                Request::Counters => Response::Counters(Box::new(self.counters(view))),
                 Request::Hint { flow } => self.hint(view, &flow),
                 Request::Host | Request::Register { .. } => Response::Error {
                     message: "a service owns no NIC and takes no registration; ask `flowlane daemon`'s socket".into(),
@@ -584,6 +598,8 @@ impl ServiceControl {
             nic: view.nic(),
             imbalance: self.load.imbalance,
             control_clients_dropped: self.control_dropped,
+            heap_trims: self.heap.trims,
+            heap_trim_ns: self.heap.trim_ns,
             socket: None,
             queue_pair: self.queue_pairs.as_ref().map(|read| (read.0)()),
             stopping: self.stopping,

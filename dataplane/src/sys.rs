@@ -15,6 +15,24 @@ const XDP_OPTIONS: libc::c_int = 8;
 /// `XDP_OPTIONS_ZEROCOPY` (flag in `struct xdp_options`): include/uapi/linux/if_xdp.h.
 const XDP_OPTIONS_ZEROCOPY: u32 = 1;
 
+/// Asks the C allocator to hand the free memory of its heaps back to the
+/// system (glibc's `malloc_trim(0)`: the whole free pages of every arena,
+/// not only the top of the main heap, `madvise(MADV_DONTNEED)`); whether it
+/// gave any back. Without glibc, nothing to ask: false.
+pub(crate) fn release_free_heap() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim takes no pointer and touches only the
+        // allocator's own free lists, each arena under its lock; any thread
+        // may call it at any time.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
 /// `set_mempolicy(MPOL_BIND, {node})` for the calling thread.
 pub(crate) fn bind_memory_to_node(node: u32) -> std::io::Result<()> {
     const BITS: usize = 1024;

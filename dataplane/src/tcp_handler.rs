@@ -115,6 +115,11 @@ use crate::worker::{
 /// How often the worker copies the stack's counters into [`TcpCounters`].
 pub(crate) const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
+/// How often a worker trims its stack's free buffer memory
+/// ([`Stack::trim_memory`]: half of what lay idle since the last trim goes
+/// back to the allocator), with the publication due then.
+pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(1);
+
 /// Segments of each connection a receive pass aims to hold before the
 /// ACKs go out ([`QueueHandler::rx_budget`]): about what Linux's receiver
 /// acknowledges at once when its application reads 64 KiB at a time (one
@@ -862,6 +867,14 @@ counters! {
         buckets_busy_ns,
         /// Bytes of buffer memory the connections hold now (a gauge).
         buffer_memory,
+        /// Bytes of free buffer memory the stack keeps for reuse (a gauge):
+        /// what a busy spell left, halved each [`TRIM_EVERY`] it lies idle
+        /// ([`Stack::trim_memory`]).
+        buffer_memory_cached,
+        /// Bytes of buffer memory the stack gave back to the allocator
+        /// (`Stats::buffer_memory_returned`): what the service's heap trim
+        /// ([`crate::heap_trim`]) watches.
+        buffer_memory_returned,
         /// Receive memory committed now, of the stack's budget (a gauge).
         recv_memory_committed,
         /// Segments whose payload stayed in the frame it arrived in
@@ -905,6 +918,8 @@ impl TcpCounters {
         set(&self.in_close_wait, state(State::CloseWait));
         set(&self.in_last_ack, state(State::LastAck));
         set(&self.buffer_memory, stack.buffer_memory() as u64);
+        set(&self.buffer_memory_cached, stack.cached_memory() as u64);
+        set(&self.buffer_memory_returned, s.buffer_memory_returned);
         set(
             &self.recv_memory_committed,
             stack.recv_memory_committed() as u64,
@@ -1056,6 +1071,8 @@ pub struct TcpHandler {
     passes: PassClock,
     placement: Placement,
     last_publish: Duration,
+    /// When the stack's free buffer memory was last trimmed.
+    last_trim: Duration,
     /// Where a worker without a queue builds its frames (software spill).
     spill_buf: Vec<u8>,
     /// This worker's side of bucket moves (with several queues and the
@@ -1132,6 +1149,7 @@ impl TcpHandler {
                 node: queue.node,
             },
             last_publish: Duration::ZERO,
+            last_trim: Duration::ZERO,
             spill_buf: Vec::new(),
             ahead: 0,
             move_prefetch: true,
@@ -1972,10 +1990,15 @@ impl TcpHandler {
         keep > 0
     }
 
-    /// Publishes the counters if [`PUBLISH_EVERY`] has passed.
+    /// Publishes the counters if [`PUBLISH_EVERY`] has passed, trimming
+    /// the stack's free memory first if [`TRIM_EVERY`] has.
     fn publish_due(&mut self, now_d: Duration) {
         if now_d.saturating_sub(self.last_publish) >= PUBLISH_EVERY {
             self.last_publish = now_d;
+            if now_d.saturating_sub(self.last_trim) >= TRIM_EVERY {
+                self.last_trim = now_d;
+                self.stack.trim_memory();
+            }
             self.publish();
         }
     }

@@ -18,6 +18,8 @@ pub(crate) struct BufferPool {
     limit: usize,
     /// The most that were out at once.
     peak: usize,
+    /// Bytes of buffers given back to the allocator (past `keep`).
+    returned: u64,
 }
 
 impl BufferPool {
@@ -31,6 +33,7 @@ impl BufferPool {
             out: 0,
             limit: limit.max(1),
             peak: 0,
+            returned: 0,
         }
     }
 
@@ -54,6 +57,12 @@ impl BufferPool {
         self.peak
     }
 
+    /// Bytes of buffers given back to the allocator so far: those freed
+    /// past the `keep` kept for reuse.
+    pub(crate) fn returned(&self) -> u64 {
+        self.returned
+    }
+
     fn get(&mut self) -> Box<[u8]> {
         self.out += 1;
         self.peak = self.peak.max(self.out);
@@ -66,6 +75,8 @@ impl BufferPool {
         self.out = self.out.saturating_sub(1);
         if b.len() == self.size && self.free.len() < self.keep {
             self.free.push(b);
+        } else {
+            self.returned += b.len() as u64;
         }
     }
 }
@@ -236,6 +247,9 @@ mod tests {
         a.detach(&mut pool);
         b.detach(&mut pool);
         assert_eq!(pool.free.len(), 1);
+        // The other went back to the allocator, and is counted so (what
+        // the service's heap trim watches).
+        assert_eq!(pool.returned(), 8);
     }
 
     #[test]

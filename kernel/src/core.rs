@@ -1176,6 +1176,12 @@ impl KernelCore {
             + self.net.tx_pool.out() * self.net.limits.tx_buffer
     }
 
+    /// Bytes of buffer memory given back to the allocator so far (buffers
+    /// freed past those the pools keep for reuse).
+    pub fn buffer_memory_returned(&self) -> u64 {
+        self.net.rx_pool.returned() + self.net.tx_pool.returned()
+    }
+
     /// Receive memory: the most bytes of receive buffers held at once
     /// so far (never above [`Limits::rx_memory`], but for one buffer),
     /// and the times a connection waited for a buffer.

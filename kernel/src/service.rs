@@ -48,6 +48,9 @@ pub struct CoreCounters {
     pub finishing: usize,
     /// Bytes of buffer memory its connections hold now.
     pub buffer_memory: usize,
+    /// Bytes of buffer memory given back to the allocator so far
+    /// ([`KernelCore::buffer_memory_returned`]).
+    pub buffer_memory_returned: u64,
     /// The most bytes of receive buffers held at once (bounded by
     /// [`crate::Limits::rx_memory`]).
     pub rx_memory_peak: usize,
@@ -190,6 +193,7 @@ impl KernelService {
                                 application_refused: core.application_refused(),
                                 finishing: core.finishing(),
                                 buffer_memory: core.buffer_memory(),
+                                buffer_memory_returned: core.buffer_memory_returned(),
                                 rx_memory_peak,
                                 rx_memory_waits,
                                 tx_memory_peak,

@@ -7,7 +7,11 @@
 //! for the application, and an idle one holds none. Returned chunks are
 //! kept (up to a bound) and handed out again last-in first-out, so the
 //! chunks in use stay few and warm in the cache whatever the number of
-//! connections.
+//! connections. What a busy spell left free goes back to the allocator
+//! gradually: each [`ChunkPool::trim`] gives back half of the free chunks
+//! no buffer took since the previous one (the coldest, at the bottom of
+//! the stack), so a steady load keeps what it cycles through and the peak
+//! of a burst is gone a few trims after it ended.
 
 /// Bytes per chunk: a few segments, so that taking and returning chunks is
 /// rare next to the per-segment work.
@@ -41,18 +45,59 @@ pub(crate) type ChunkList = VecDeque<Chunk>;
 /// grew for a window of megabytes goes back to the allocator instead.
 const KEPT_LIST_ROOM: usize = 8;
 
+/// Free chunks (or lists) kept below which [`ChunkPool::trim`] gives back
+/// nothing: a quarter of a MiB of each size, what an idle queue's next few
+/// connections take without asking the allocator.
+const TRIM_FLOOR_BYTES: usize = 256 * 1024;
+
+/// Free things of one kind kept for reuse, last in first out, and the
+/// fewest kept since the last trim (those below it were not taken since).
+#[derive(Debug, Default)]
+struct Kept<T> {
+    /// The free ones; the top is the warmest.
+    free: Vec<T>,
+    /// The fewest `free` held since the last [`Kept::trim`].
+    low: usize,
+}
+
+impl<T> Kept<T> {
+    /// The warmest one, if any.
+    #[inline]
+    fn pop(&mut self) -> Option<T> {
+        let t = self.free.pop();
+        self.low = self.low.min(self.free.len());
+        t
+    }
+
+    /// Gives back half (rounded up) of those past `floor` that no one took
+    /// since the last trim, the coldest first; how many went.
+    fn trim(&mut self, floor: usize) -> usize {
+        let idle = self.low.min(self.free.len()).saturating_sub(floor);
+        let n = idle.div_ceil(2);
+        self.free.drain(..n);
+        if self.free.capacity() > 2 * self.free.len().max(floor) {
+            self.free.shrink_to(self.free.len().max(floor));
+        }
+        self.low = self.free.len();
+        n
+    }
+}
+
 /// Free chunks of both sizes and what is handed out; empty chunk lists kept
 /// for the next connection's first bytes.
 #[derive(Debug, Default)]
 pub(crate) struct ChunkPool {
     /// Free chunks of [`CHUNK_SIZE`].
-    free: Vec<Chunk>,
+    free: Kept<Chunk>,
     /// Free chunks of [`SMALL_CHUNK_SIZE`].
-    free_small: Vec<Chunk>,
+    free_small: Kept<Chunk>,
     /// Empty lists with room, from buffers released by closing
     /// connections: a new connection's buffer takes one instead of
     /// allocating its list (and the closing one frees none).
-    lists: Vec<ChunkList>,
+    lists: Kept<ChunkList>,
+    /// Bytes of chunks given back to the allocator since
+    /// [`ChunkPool::take_returned`] last asked: past the bound, or trimmed.
+    returned: usize,
     /// Chunks handed out and not yet given back.
     in_use: usize,
     /// Their bytes.
@@ -108,8 +153,10 @@ impl ChunkPool {
         } else {
             (&mut self.free, self.keep)
         };
-        if free.len() < keep {
-            free.push(chunk);
+        if free.free.len() < keep {
+            free.free.push(chunk);
+        } else {
+            self.returned += size;
         }
     }
 
@@ -134,8 +181,30 @@ impl ChunkPool {
         debug_assert!(list.is_empty(), "chunks go back one by one first");
         let room = list.capacity();
         if room > 0 && room <= KEPT_LIST_ROOM {
-            self.lists.push(list);
+            self.lists.free.push(list);
         }
+    }
+
+    /// Gives back to the allocator half of the free chunks of each size,
+    /// and of the empty lists, that no buffer took since the previous
+    /// trim, keeping [`TRIM_FLOOR_BYTES`] of each size (and as many
+    /// lists as large chunks); the bytes given back.
+    pub(crate) fn trim(&mut self) -> usize {
+        let chunks = self.free.trim(TRIM_FLOOR_BYTES / CHUNK_SIZE) * CHUNK_SIZE
+            + self.free_small.trim(TRIM_FLOOR_BYTES / SMALL_CHUNK_SIZE) * SMALL_CHUNK_SIZE;
+        self.lists.trim(TRIM_FLOOR_BYTES / CHUNK_SIZE);
+        self.returned += chunks;
+        chunks
+    }
+
+    /// Bytes of chunks given back to the allocator since the last call.
+    pub(crate) fn take_returned(&mut self) -> usize {
+        std::mem::take(&mut self.returned)
+    }
+
+    /// Bytes of the free chunks kept for reuse.
+    pub(crate) fn cached_bytes(&self) -> usize {
+        self.free.free.len() * CHUNK_SIZE + self.free_small.free.len() * SMALL_CHUNK_SIZE
     }
 
     /// Chunks held by buffers.
@@ -171,13 +240,13 @@ impl ChunkPool {
     /// Free chunks kept for reuse.
     #[cfg(test)]
     pub(crate) fn cached(&self) -> usize {
-        self.free.len() + self.free_small.len()
+        self.free.free.len() + self.free_small.free.len()
     }
 
     /// Empty chunk lists kept for reuse.
     #[cfg(test)]
     pub(crate) fn cached_lists(&self) -> usize {
-        self.lists.len()
+        self.lists.free.len()
     }
 }
 
@@ -250,5 +319,76 @@ mod tests {
         p.give_list(ChunkList::with_capacity(4)); // past the chunks' bound of 2
         assert_eq!(p.cached_lists(), 3);
         assert_eq!(p.take_list().capacity(), room);
+    }
+
+    /// Free large chunks a trim keeps whatever was idle.
+    const FLOOR: usize = TRIM_FLOOR_BYTES / CHUNK_SIZE;
+
+    #[test]
+    fn a_trim_gives_back_half_of_what_was_not_taken_since_the_last() {
+        let n = FLOOR + 64;
+        let mut p = ChunkPool::new(n * CHUNK_SIZE);
+        let burst: Vec<Chunk> = (0..n).map(|_| p.take(false)).collect();
+        burst.into_iter().for_each(|c| p.give(c));
+        assert_eq!((p.cached(), p.take_returned()), (n, 0));
+        // Freed since the last trim (there was none): not idle yet.
+        assert_eq!(p.trim(), 0);
+        // Idle since: half of them beyond the floor goes, round after round.
+        assert_eq!(p.trim(), 32 * CHUNK_SIZE);
+        assert_eq!(p.trim(), 16 * CHUNK_SIZE);
+        assert_eq!(p.take_returned(), 48 * CHUNK_SIZE);
+        assert_eq!(p.cached(), FLOOR + 16);
+        for _ in 0..16 {
+            p.trim();
+        }
+        assert_eq!(p.cached(), FLOOR, "the floor stays");
+        assert_eq!(p.cached_bytes(), TRIM_FLOOR_BYTES);
+    }
+
+    #[test]
+    fn what_a_steady_load_cycles_through_is_kept() {
+        let mut p = ChunkPool::new((FLOOR + 1024) * CHUNK_SIZE);
+        let peak: Vec<Chunk> = (0..FLOOR + 100).map(|_| p.take(false)).collect();
+        peak.into_iter().for_each(|c| p.give(c));
+        p.trim();
+        for _ in 0..8 {
+            // Between two trims the load takes 80 chunks at once.
+            let busy: Vec<Chunk> = (0..80).map(|_| p.take(false)).collect();
+            busy.into_iter().for_each(|c| p.give(c));
+            p.trim();
+        }
+        // Of the 100 past the floor, only the 20 the load never took
+        // went (10, 5, 3, 1, 1).
+        assert_eq!(p.cached(), FLOOR + 80);
+        assert_eq!(p.take_returned(), 20 * CHUNK_SIZE);
+    }
+
+    #[test]
+    fn chunks_past_the_bound_count_as_returned_and_small_ones_trim_too() {
+        let mut p = ChunkPool::new(TRIM_FLOOR_BYTES + 8 * CHUNK_SIZE);
+        let small_floor = TRIM_FLOOR_BYTES / SMALL_CHUNK_SIZE;
+        let big: Vec<Chunk> = (0..FLOOR + 10).map(|_| p.take(false)).collect();
+        let small: Vec<Chunk> = (0..small_floor + 4).map(|_| p.take(true)).collect();
+        big.into_iter().for_each(|c| p.give(c));
+        small.into_iter().for_each(|c| p.give(c));
+        assert_eq!(p.take_returned(), 2 * CHUNK_SIZE, "two past the bound");
+        p.trim();
+        assert_eq!(p.trim(), 4 * CHUNK_SIZE + 2 * SMALL_CHUNK_SIZE);
+    }
+
+    #[test]
+    fn idle_lists_are_trimmed_too() {
+        let mut p = ChunkPool::new(CHUNK_SIZE);
+        for _ in 0..FLOOR + 8 {
+            p.give_list(ChunkList::with_capacity(4));
+        }
+        p.trim();
+        p.trim();
+        assert_eq!(p.cached_lists(), FLOOR + 4);
+        // One taken and given back: the idle ones are those below it.
+        let l = p.take_list();
+        p.give_list(l);
+        p.trim();
+        assert_eq!(p.cached_lists(), FLOOR + 2);
     }
 }

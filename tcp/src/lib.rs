@@ -988,6 +988,10 @@ pub struct Stats {
     /// Sends cut short by the stack's send memory ([`Config::send_memory`]):
     /// the connection waits for memory to free.
     pub send_memory_waits: u64,
+    /// Bytes of buffer memory given back to the allocator: free chunks past
+    /// what the stack keeps for reuse, and those [`Stack::trim_memory`]
+    /// found idle (counted at each call of it).
+    pub buffer_memory_returned: u64,
     /// SYNs that reopened a connection in TIME-WAIT (RFC 6191: newer
     /// timestamp or sequence number than its last incarnation's).
     pub time_wait_reopened: u64,

@@ -708,6 +708,31 @@ impl Stack {
         self.pool.in_use_bytes()
     }
 
+    /// Bytes of free buffer memory the stack keeps for reuse (chunks its
+    /// connections gave back), beside [`Stack::buffer_memory`]: what a
+    /// busy spell left, until [`Stack::trim_memory`] gives it back.
+    pub fn cached_memory(&self) -> usize {
+        self.pool.cached_bytes()
+    }
+
+    /// Gives back to the allocator half of the free buffer memory kept for
+    /// reuse that no connection took since the previous call (a quarter of
+    /// a MiB of each chunk size stays), and adds what went back since the
+    /// previous call, these and the chunks freed past the keeping bound,
+    /// to [`Stats::buffer_memory_returned`]; the bytes this call trimmed.
+    ///
+    /// Call it periodically (the data path does, every second): a steady
+    /// load keeps the memory it cycles through, and what a burst took is
+    /// back with the allocator a few calls after the burst ended. Whether
+    /// the allocator hands it on to the system is its own affair (glibc
+    /// keeps freed memory in its arenas until `malloc_trim`). Costs time
+    /// in proportion to the chunks freed, none per connection.
+    pub fn trim_memory(&mut self) -> usize {
+        let trimmed = self.pool.trim();
+        self.stats.buffer_memory_returned += self.pool.take_returned() as u64;
+        trimmed
+    }
+
     /// Receive memory committed now: what all connections hold in their
     /// receive buffers plus the windows they advertised and the peers have
     /// yet to fill, beyond the one segment each may always be offered

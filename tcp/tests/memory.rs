@@ -356,6 +356,47 @@ fn closed_connections_leave_nothing() {
     }
 }
 
+/// What a busy spell left free goes back to the allocator once it ended:
+/// 100 connections move 128 KiB each way and close; the stacks keep their
+/// freed chunks for reuse, and each `trim_memory` then gives back half of
+/// those no connection took since the one before, down to a quarter of a
+/// MiB of each chunk size. (Before: the pool kept its peak, up to the
+/// receive memory's worth of each size, for the stack's life.)
+#[test]
+fn memory_a_busy_spell_left_goes_back_as_the_stack_is_trimmed() {
+    let mut sim = Sim::symmetric(5, link());
+    let mut bulk = Bulk::start(&mut sim, 100, 128 * 1024, 128 * 1024);
+    let limit = sim.now + Duration::from_secs(600);
+    assert!(sim.run_until(limit, |s| {
+        bulk.on_step(s);
+        bulk.finished()
+    }));
+    assert!(bulk.errors.is_empty(), "{:?}", bulk.errors);
+    const FLOOR: usize = 2 * 256 * 1024;
+    for (side, stack) in [("A", &mut sim.a), ("B", &mut sim.b)] {
+        assert_eq!(stack.buffer_memory(), 0, "{side}");
+        let peak = stack.cached_memory();
+        assert!(peak > 4 * FLOOR, "{side}: the spell left {peak} bytes free");
+        // The first trim finds everything freed since the start: taken.
+        assert_eq!(stack.trim_memory(), 0, "{side}");
+        let mut left = vec![peak];
+        for _ in 0..24 {
+            stack.trim_memory();
+            left.push(stack.cached_memory());
+        }
+        assert!(
+            left[1] < peak * 6 / 10 && left[2] < peak * 4 / 10,
+            "{side}: halves at each trim: {left:?}"
+        );
+        assert!(*left.last().unwrap() <= FLOOR, "{side}: {left:?}");
+        let returned = stack.stats().buffer_memory_returned;
+        assert!(
+            returned as usize >= peak - FLOOR,
+            "{side}: {returned} returned of {peak}"
+        );
+    }
+}
+
 /// Connections closing under memory pressure free memory one by one; the
 /// others must not answer each release with a window update that changes
 /// nothing. B holds 2,000 connections on a budget of a quarter of their

@@ -49,7 +49,7 @@ print('ok', flush=True)
 /// The service's counters, asked of its control socket.
 fn counters(socket: &Path) -> ServiceCounters {
     match request(socket, &Request::Counters, Duration::from_secs(5)) {
-        Ok(Response::Counters(c)) => c,
+        Ok(Response::Counters(c)) => *c,
         other => panic!("counters from {}: {other:?}", socket.display()),
     }
 }

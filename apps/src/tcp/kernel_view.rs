@@ -41,6 +41,7 @@ fn tcp_counters(c: &CoreCounters) -> TcpCountersSnapshot {
         finishing: c.finishing as u64,
         syn_refused: s.syn_refused,
         buffer_memory: c.buffer_memory as u64,
+        buffer_memory_returned: c.buffer_memory_returned,
         rx_memory_peak: c.rx_memory_peak as u64,
         rx_memory_waits: c.rx_memory_waits,
         tx_memory_peak: c.tx_memory_peak as u64,

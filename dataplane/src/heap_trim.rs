@@ -1,0 +1,106 @@
+//! When a service asks the C allocator to hand freed memory back to the
+//! system.
+//!
+//! Each worker's stack gives the free buffer memory a busy spell left back
+//! to the allocator as it lies idle (`Stack::trim_memory`), and the chunks
+//! it frees past what it keeps at once. glibc keeps what is freed in its
+//! arenas: the process's resident memory stays at the spell's peak until
+//! `malloc_trim` returns the whole free pages. The service's control loop
+//! (`service_control`, not a worker: a trim walks every arena and takes
+//! milliseconds on a heap of gigabytes) asks for one once the queues
+//! together returned [`HeapTrim::AFTER`] bytes since the last, at most
+//! every [`HeapTrim::EVERY`]: after a burst, not at each connection's end.
+
+use std::time::{Duration, Instant};
+
+/// The heap trims a service made, and when the next may be.
+#[derive(Debug)]
+pub(crate) struct HeapTrim {
+    /// The queues' `buffer_memory_returned`, summed, at the last trim.
+    returned_at_last: u64,
+    /// When the last trim was made (or the service started).
+    last: Instant,
+    /// When the queues' figure was last read.
+    looked: Instant,
+    /// Trims made.
+    pub(crate) trims: u64,
+    /// Nanoseconds they took, together.
+    pub(crate) trim_ns: u64,
+}
+
+impl HeapTrim {
+    /// Bytes the stacks must have returned since the last trim.
+    pub(crate) const AFTER: u64 = 16 << 20;
+    /// The least time between two trims.
+    pub(crate) const EVERY: Duration = Duration::from_secs(5);
+    /// How often the queues' figure is read once a trim may be made.
+    const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+    /// No trim yet; the first may come [`HeapTrim::EVERY`] after `now`.
+    pub(crate) fn new(now: Instant) -> Self {
+        HeapTrim {
+            returned_at_last: 0,
+            last: now,
+            looked: now,
+            trims: 0,
+            trim_ns: 0,
+        }
+    }
+
+    /// Whether a trim is due at `now`, the queues having returned
+    /// `returned` bytes in all since the service started.
+    pub(crate) fn due(&self, now: Instant, returned: u64) -> bool {
+        now.saturating_duration_since(self.last) >= Self::EVERY
+            && returned.saturating_sub(self.returned_at_last) >= Self::AFTER
+    }
+
+    /// Trims the heap if [`HeapTrim::due`] (`trim` does it), counting it;
+    /// `returned` reads the queues' figure, at most once a second.
+    pub(crate) fn poll(
+        &mut self,
+        now: Instant,
+        returned: impl FnOnce() -> u64,
+        trim: impl FnOnce(),
+    ) {
+        if now.saturating_duration_since(self.last) < Self::EVERY
+            || now.saturating_duration_since(self.looked) < Self::LOOK_EVERY
+        {
+            return;
+        }
+        self.looked = now;
+        let returned = returned();
+        if !self.due(now, returned) {
+            return;
+        }
+        let began = Instant::now();
+        trim();
+        self.trim_ns += began.elapsed().as_nanos() as u64;
+        self.trims += 1;
+        self.returned_at_last = returned;
+        self.last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trim_follows_enough_returned_memory_and_no_sooner_than_every() {
+        let t0 = Instant::now();
+        let mut h = HeapTrim::new(t0);
+        let mut made = 0;
+        let mut at = |h: &mut HeapTrim, secs: u64, returned: u64| {
+            h.poll(t0 + Duration::from_secs(secs), || returned, || made += 1);
+            made
+        };
+        assert_eq!(at(&mut h, 1, 1 << 30), 0, "not within EVERY of the start");
+        assert_eq!(at(&mut h, 5, HeapTrim::AFTER - 1), 0, "not enough yet");
+        assert_eq!(at(&mut h, 6, HeapTrim::AFTER), 1);
+        assert_eq!(at(&mut h, 10, 4 * HeapTrim::AFTER), 1, "within EVERY");
+        assert_eq!(at(&mut h, 11, 4 * HeapTrim::AFTER), 2);
+        assert_eq!(at(&mut h, 30, 4 * HeapTrim::AFTER), 2, "nothing new since");
+        assert_eq!(at(&mut h, 31, 5 * HeapTrim::AFTER), 3);
+        assert_eq!(h.trims, 3);
+    }
+}
