@@ -29,6 +29,13 @@ pub struct Dispatcher {
     handlers: Vec<Box<dyn ConnHandler>>,
     listeners: Vec<(ListenerId, HandlerId)>,
     owners: Owners,
+    /// Each owned connection's addresses, as the backend told them when
+    /// the connection came to its handler (at accept, at the open and
+    /// again once connected, at import): what [`Net::four_tuple`] answers
+    /// in `on_closed`, where the backend has released the connection. Apart
+    /// from the owners, whose entries every event reads: written once a
+    /// connection, read only at its close.
+    tuples: ConnMap<FourTuple>,
     started: bool,
     /// Whether [`Dispatcher::stop`] has run.
     stopping: bool,
@@ -187,6 +194,7 @@ impl Dispatcher {
             let mut scoped = Scoped {
                 inner: &mut *net,
                 owners: &mut self.owners,
+                tuples: &mut self.tuples,
                 me: h,
             };
             let at_stop = self.handlers[h.0 as usize].on_stop(&mut scoped, conn);
@@ -250,6 +258,7 @@ impl Dispatcher {
             let mut scoped = Scoped {
                 inner: net,
                 owners: &mut self.owners,
+                tuples: &mut self.tuples,
                 me: HandlerId(i as u32),
             };
             f(handler.as_mut(), &mut scoped);
@@ -307,6 +316,7 @@ impl Dispatcher {
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
+            tuples: &mut self.tuples,
             me: h,
         };
         let net: &mut dyn Net = &mut scoped;
@@ -317,16 +327,35 @@ impl Dispatcher {
             return;
         }
         match event {
-            Event::Accepted { .. } => handler.on_accept(net, conn),
-            Event::Connected(_) => handler.on_connected(net, conn),
+            Event::Accepted { .. } => {
+                remember_tuple(&mut scoped, conn);
+                handler.on_accept(&mut scoped, conn)
+            }
+            Event::Connected(_) => {
+                // The local address an open took is known now (queue-pair
+                // mode names it only with the connection).
+                remember_tuple(&mut scoped, conn);
+                handler.on_connected(&mut scoped, conn)
+            }
             Event::Readable(_) => handler.on_data(net, conn),
             Event::Writable(_) => handler.on_writable(net, conn),
             Event::PeerClosed(_) => handler.on_peer_closed(net, conn),
             Event::Closed { reason, .. } => {
                 handler.on_closed(net, conn, reason);
                 self.owners.remove(conn);
+                self.tuples.remove(conn);
             }
         }
+    }
+}
+
+/// Records `conn`'s addresses for its `on_closed` ([`Dispatcher`]'s
+/// `tuples`). Out of line: once a connection, not on the events that
+/// carry data (the dispatch is inlined into every backend's loop).
+#[inline(never)]
+fn remember_tuple<N: Net + ?Sized>(scoped: &mut Scoped<'_, N>, conn: ConnHandle) {
+    if let Ok(tuple) = scoped.inner.four_tuple(conn) {
+        scoped.tuples.insert(conn, tuple);
     }
 }
 
@@ -364,11 +393,13 @@ impl Dispatcher {
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
+            tuples: &mut self.tuples,
             me: h,
         };
         let state = self.handlers[h.0 as usize].on_export(&mut scoped, conn);
         // The connection carries its word to the other core.
         self.owners.remove(conn);
+        self.tuples.remove(conn);
         Some(ConnExport { handler: h, state })
     }
 
@@ -400,8 +431,10 @@ impl Dispatcher {
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
+            tuples: &mut self.tuples,
             me: h,
         };
+        remember_tuple(&mut scoped, conn);
         handler.on_import(&mut scoped, conn, export.state);
     }
 
@@ -416,6 +449,7 @@ impl Dispatcher {
         let mut scoped = Scoped {
             inner: net,
             owners: &mut self.owners,
+            tuples: &mut self.tuples,
             me: h,
         };
         handler.on_import_failed(&mut scoped, export.state);
@@ -460,6 +494,7 @@ impl Owner {
 struct Scoped<'a, N: Net + ?Sized> {
     inner: &'a mut N,
     owners: &'a mut Owners,
+    tuples: &'a mut ConnMap<FourTuple>,
     me: HandlerId,
 }
 
@@ -482,6 +517,7 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
     fn connect(&mut self, remote: SocketAddr) -> Result<ConnHandle, Error> {
         let c = self.inner.connect(remote)?;
         self.owners.insert(c, Owner::new(self.me));
+        remember_tuple(self, c);
         Ok(c)
     }
     fn send(&mut self, conn: ConnHandle, data: &[u8]) -> Result<usize, Error> {
@@ -544,7 +580,12 @@ impl<N: Net + ?Sized> Net for Scoped<'_, N> {
         self.inner.conn_placement(conn)
     }
     fn four_tuple(&self, conn: ConnHandle) -> Result<FourTuple, Error> {
-        self.inner.four_tuple(conn)
+        match self.inner.four_tuple(conn) {
+            // Released by the backend (its `Closed` is being dispatched, or
+            // the handler aborted it): the addresses as they were.
+            Err(Error::InvalidHandle) => self.tuples.get(conn).copied().ok_or(Error::InvalidHandle),
+            answer => answer,
+        }
     }
     fn state(&self, conn: ConnHandle) -> Result<State, Error> {
         self.inner.state(conn)

@@ -909,3 +909,82 @@ fn the_user_data_word_is_readable_in_on_closed() {
         "the word moved with the connection"
     );
 }
+
+/// Logs each connection's addresses as `four_tuple` answers in its
+/// `on_closed`; opens a connection to `open` from `on_start` and aborts
+/// it once connected.
+struct Peers {
+    log: Log,
+    open: Option<SocketAddr>,
+}
+
+impl ConnHandler for Peers {
+    fn on_start(&mut self, net: &mut dyn Net) {
+        if let Some(to) = self.open {
+            net.connect(to).unwrap();
+        }
+    }
+    fn on_connected(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        net.abort(c).unwrap();
+    }
+    fn on_data(&mut self, net: &mut dyn Net, c: ConnHandle) {
+        net.discard(c);
+    }
+    fn on_closed(&mut self, net: &mut dyn Net, c: ConnHandle, r: CloseReason) {
+        let told = match net.four_tuple(c) {
+            Ok(t) => format!("{} -> {}", t.local, t.remote),
+            Err(e) => format!("{e:?}"),
+        };
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("closed {r:?}: {told}"));
+    }
+}
+
+/// A connection's addresses are readable in its `on_closed`, where the
+/// stack has released it (`InvalidHandle` from the stack itself), as the
+/// user-data word is: for a connection the peer reset (accepted) and for
+/// one its handler opened and aborted; and a slot's next connection is
+/// told its own.
+#[test]
+fn the_addresses_are_readable_in_on_closed() {
+    let log: Log = Arc::default();
+    let (mut a, mut b, mut app, mut port) = pair();
+    serve_on_80(
+        &mut a,
+        &mut app,
+        Peers {
+            log: log.clone(),
+            open: None,
+        },
+    );
+    app.add(Peers {
+        log: log.clone(),
+        open: Some("10.0.0.2:90".parse().unwrap()),
+    });
+    b.listen("10.0.0.2:90".parse().unwrap()).unwrap();
+    app.start(&mut direct(&mut a, &mut port));
+    for p in [5000, 5001] {
+        let to_a = b
+            .connect(
+                Instant::ZERO,
+                SocketAddr::new("10.0.0.2".parse().unwrap(), p),
+                "10.0.0.1:80".parse().unwrap(),
+            )
+            .unwrap();
+        settle(&mut a, &mut app, &mut b, &mut port);
+        b.abort(to_a).unwrap();
+        settle(&mut a, &mut app, &mut b, &mut port);
+    }
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            "closed Aborted: 10.0.0.1:40001 -> 10.0.0.2:90",
+            "closed Reset: 10.0.0.1:80 -> 10.0.0.2:5000",
+            "closed Reset: 10.0.0.1:80 -> 10.0.0.2:5001",
+        ],
+        "{log:?}"
+    );
+}

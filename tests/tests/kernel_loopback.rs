@@ -336,6 +336,23 @@ fn a_handler_reads_the_kernel_s_figures_for_its_connection() {
     assert_eq!(err, None);
 }
 
+/// A handler's `on_closed` reads its connection's addresses, as on the
+/// other backends (the loop has released the connection by then: the
+/// dispatcher answers from what it recorded at accept).
+#[test]
+fn a_handler_reads_its_connection_s_addresses_in_on_closed() {
+    let port = free_port();
+    let told = AtClose::default();
+    let service = KernelService::start(
+        config(1, Limits::default()),
+        listen_told_at_close(port, &told),
+    )
+    .unwrap();
+    addresses_are_told_at_close(port, &told);
+    let (_, err) = service.stop();
+    assert_eq!(err, None);
+}
+
 #[test]
 fn a_handler_refuses_a_connection_before_taking_it() {
     let port = free_port();

@@ -313,6 +313,18 @@ fn an_application_thread_reads_the_core_s_figures_for_its_connection() {
     assert_eq!(qp.stop(), None);
 }
 
+/// An application thread's `on_closed` reads its connection's addresses
+/// as on the other backends.
+#[test]
+fn an_application_thread_reads_its_connection_s_addresses_in_on_closed() {
+    let port = free_port();
+    let told = AtClose::default();
+    let (qp, kernel) = start(1, listen_told_at_close(port, &told));
+    addresses_are_told_at_close(port, &told);
+    kernel.stop();
+    assert_eq!(qp.stop(), None);
+}
+
 #[test]
 fn an_application_thread_refuses_a_connection_before_taking_it() {
     let port = free_port();

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use flowlane_app::{ConnHandle, ConnHandler, Net, Placement};
@@ -353,4 +353,86 @@ pub(crate) fn reset(s: TcpStream) {
     let s = tokio::net::TcpSocket::from_std_stream(s);
     s.set_zero_linger().unwrap();
     drop(s);
+}
+
+/// What [`ToldAtClose`] heard in each connection's `on_closed`: its
+/// addresses and its figures, as `Net` answered there.
+pub(crate) type AtClose = std::sync::Arc<
+    std::sync::Mutex<
+        Vec<(
+            Result<flowlane_app::FourTuple, flowlane_app::Error>,
+            Result<flowlane_app::ConnInfo, flowlane_app::Error>,
+        )>,
+    >,
+>;
+
+/// Echoes like [`Echo`] and records, in each connection's `on_closed`,
+/// what [`Net::four_tuple`] and [`Net::info`] answer there: what a
+/// handler that logs or accounts per peer at close reads.
+pub(crate) struct ToldAtClose {
+    pub(crate) echo: Echo,
+    pub(crate) told: AtClose,
+}
+
+impl ConnHandler for ToldAtClose {
+    fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.echo.on_data(net, conn);
+    }
+    fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.echo.on_writable(net, conn);
+    }
+    fn on_peer_closed(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        self.echo.on_data(net, conn);
+    }
+    fn on_closed(&mut self, net: &mut dyn Net, conn: ConnHandle, _: flowlane_app::CloseReason) {
+        let told = (net.four_tuple(conn), net.info(conn));
+        self.told.lock().unwrap().push(told);
+    }
+}
+
+/// A set-up that listens on `port` with a [`ToldAtClose`] handler
+/// recording into `told`.
+pub(crate) fn listen_told_at_close(
+    port: u16,
+    told: &AtClose,
+) -> impl Fn(&mut dyn flowlane_app::Setup) -> Result<(), String> + Send + Sync + 'static {
+    let told = told.clone();
+    move |s| {
+        use flowlane_app::SetupExt;
+        s.listen(
+            port,
+            ToldAtClose {
+                echo: Echo::new(4 << 10),
+                told: told.clone(),
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| format!("{e:?}"))
+    }
+}
+
+/// Echoes a little through a [`ToldAtClose`] handler listening on `port`
+/// and waits for its `on_closed`: the connection's addresses must be
+/// readable there (the peer's the client's own), whatever the backend.
+pub(crate) fn addresses_are_told_at_close(port: u16, told: &AtClose) {
+    let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
+    let client = s.local_addr().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"who am I").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).unwrap();
+    assert_eq!(back, b"who am I");
+    drop(s);
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let (tuple, _info) = loop {
+        if let Some(t) = told.lock().unwrap().first() {
+            break *t;
+        }
+        assert!(std::time::Instant::now() < until, "no on_closed in 20 s");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let tuple = tuple.expect("four_tuple in on_closed");
+    assert_eq!(tuple.remote, client, "the peer's address");
+    assert_eq!(tuple.local, SocketAddr::new(LOOPBACK, port), "ours");
 }
