@@ -368,13 +368,18 @@ pub(crate) type AtClose = std::sync::Arc<
 
 /// Echoes like [`Echo`] and records, in each connection's `on_closed`,
 /// what [`Net::four_tuple`] and [`Net::info`] answer there: what a
-/// handler that logs or accounts per peer at close reads.
+/// handler that logs or accounts per peer at close reads. It asks for the
+/// figures as it accepts, as queue-pair mode wants for figures at the end
+/// (see [`Net::info`]).
 pub(crate) struct ToldAtClose {
     pub(crate) echo: Echo,
     pub(crate) told: AtClose,
 }
 
 impl ConnHandler for ToldAtClose {
+    fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+        let _ = net.info(conn);
+    }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.echo.on_data(net, conn);
     }
@@ -414,7 +419,11 @@ pub(crate) fn listen_told_at_close(
 /// Echoes a little through a [`ToldAtClose`] handler listening on `port`
 /// and waits for its `on_closed`: the connection's addresses must be
 /// readable there (the peer's the client's own), whatever the backend.
-pub(crate) fn addresses_are_told_at_close(port: u16, told: &AtClose) {
+/// Returns what `info` answered there, which differs by backend.
+pub(crate) fn addresses_are_told_at_close(
+    port: u16,
+    told: &AtClose,
+) -> Result<flowlane_app::ConnInfo, flowlane_app::Error> {
     let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
     let client = s.local_addr().unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -425,7 +434,7 @@ pub(crate) fn addresses_are_told_at_close(port: u16, told: &AtClose) {
     assert_eq!(back, b"who am I");
     drop(s);
     let until = std::time::Instant::now() + Duration::from_secs(20);
-    let (tuple, _info) = loop {
+    let (tuple, info) = loop {
         if let Some(t) = told.lock().unwrap().first() {
             break *t;
         }
@@ -435,4 +444,5 @@ pub(crate) fn addresses_are_told_at_close(port: u16, told: &AtClose) {
     let tuple = tuple.expect("four_tuple in on_closed");
     assert_eq!(tuple.remote, client, "the peer's address");
     assert_eq!(tuple.local, SocketAddr::new(LOOPBACK, port), "ours");
+    info
 }
