@@ -615,6 +615,30 @@ impl QpNet {
         });
     }
 
+    /// Asks `h`'s core for its figures now if [`Net::info`] wanted them
+    /// in this pass, rather than after the pass's other requests
+    /// ([`QpNet::flush`]): a close ends the connection on its core as soon
+    /// as both FINs went, and an `Info` behind it would find the
+    /// connection gone (no figures for its `on_closed`: a handler that
+    /// asked as it accepted and closed in the same pass, the whole
+    /// exchange in one pass's events, had none). Once per close.
+    fn ask_info_now(&mut self, h: ConnHandle) {
+        let wanted = {
+            let mut wanted = self.info_wanted.borrow_mut();
+            let before = wanted.len();
+            wanted.retain(|&w| w != h);
+            wanted.len() != before
+        };
+        if wanted
+            && self.conn(h).is_ok_and(|c| c.remote_handle.is_some())
+            && self.request(h, |conn| ToCore::Info { conn }).is_ok()
+        {
+            if let Ok(c) = self.conn_mut(h) {
+                c.info_in_flight += 1;
+            }
+        }
+    }
+
     /// Sends this pass's requests and wakes the cores they went to.
     pub(crate) fn flush(&mut self) {
         let mut wanted = self.info_wanted.take();
@@ -1012,6 +1036,7 @@ impl Net for QpNet {
         if c.closing {
             return Ok(());
         }
+        self.ask_info_now(h);
         self.request(h, |conn| ToCore::Close { conn })?;
         self.conn_mut(h)?.closing = true;
         Ok(())
@@ -1384,6 +1409,20 @@ mod tests {
         assert_eq!(net.info(h), Err(Error::InvalidHandle));
     }
 
+    /// Figures asked for in the pass that closes the connection are asked
+    /// of its core before the close, not after it with the pass's other
+    /// info requests: the core ends a connection closed after its peer's
+    /// FIN at once, and would answer nothing for it.
+    #[test]
+    fn figures_asked_in_the_closing_pass_go_before_the_close() {
+        let (mut net, rx) = net(1);
+        let old = ConnHandle::from_parts(3, 1);
+        let h = accepted(&mut net, old);
+        assert_eq!(net.info(h), Err(Error::WouldBlock), "none asked yet");
+        assert_eq!(net.close(h), Ok(()));
+        assert_eq!(requests(&mut net, &rx[0]), [(3, "info"), (3, "close")]);
+    }
+
     /// The core's connection closes normally (both FINs) while bytes it
     /// delivered wait here unread: they stay readable, end of stream
     /// follows them, and `Closed` only once they are read; what the core
@@ -1621,6 +1660,7 @@ mod tests {
                     ToCore::Close { .. } => "close",
                     ToCore::Abort { .. } => "abort",
                     ToCore::Send { .. } => "send",
+                    ToCore::Info { .. } => "info",
                     _ => return None,
                 };
                 Some((m.conn_mut()?.index(), what))
