@@ -147,11 +147,14 @@ pub trait Net {
     /// before: the core sends them with the FIN, so an application that asks
     /// as it opens the connection has its end-of-stream figures at once.
     /// They stay readable in the handlers of the connection's last events,
-    /// its `Closed` included. In run to completion (flowlane's TCP, kernel
-    /// sockets) the connection is released before its `Closed`: `info`
-    /// there is `Err(InvalidHandle)`, so a handler that wants a
-    /// connection's final figures on every backend reads them at its last
-    /// event before (`on_peer_closed`, or as it closes it).
+    /// its `Closed` included. On flowlane's TCP (run to completion) the
+    /// stack keeps a connection's final figures, as they were when it let
+    /// the connection go (bytes never read or never acknowledged
+    /// included), for its `on_closed`. On kernel sockets the connection's
+    /// socket is gone before its `Closed`: `info` there is
+    /// `Err(InvalidHandle)`, so a handler that wants a connection's final
+    /// figures on every backend reads them at its last event before
+    /// (`on_peer_closed`, or as it closes it).
     fn info(&self, conn: ConnHandle) -> Result<ConnInfo, Error>;
 
     /// The connection's addresses.

@@ -535,6 +535,19 @@ pub struct Stack {
     /// [`Stack::poll_event`] call: a connection opened while the
     /// application handles that `Closed` gets another slot.
     closed_slot: u32,
+    /// The final figures ([`Stack::info`]) of each connection whose
+    /// `Closed` is queued, in the order of those events (`events` is first
+    /// in, first out, and drops no `Closed`): each is taken with its
+    /// `Closed` by [`Stack::poll_event`]. Written only as a connection
+    /// the application knows closes (`remove` without reuse, its slot held
+    /// for the `Closed`), as Linux keeps a closed socket's `TCP_INFO`
+    /// readable until the application lets it go.
+    closed_info: VecDeque<(ConnHandle, crate::ConnInfo)>,
+    /// The final figures of the connection whose `Closed` was taken last,
+    /// until the next [`Stack::poll_event`] call (as `closed_slot`): what
+    /// [`Stack::info`] answers for it while the application handles its
+    /// `Closed`.
+    last_closed: Option<(ConnHandle, crate::ConnInfo)>,
     /// Live connections by state ([`State::index`]), kept where a
     /// connection is placed, freed, or changes state in a call: what
     /// [`Stack::connections_in`] reads without walking the slots.
@@ -677,6 +690,8 @@ impl Stack {
             live: 0,
             held: 0,
             closed_slot: NO_SLOT,
+            closed_info: VecDeque::new(),
+            last_closed: None,
             by_state: [0; State::COUNT],
             sharing: 0,
             parked: 0,
@@ -1742,7 +1757,8 @@ impl Stack {
     /// `reuse`, the slot is free at once; without, it is free once the
     /// application took the connection's `Closed` ([`Stack::poll_event`]):
     /// a connection opened before then cannot take its slot, and with the
-    /// slot whatever the application keeps by it for the closed one.
+    /// slot whatever the application keeps by it for the closed one; its
+    /// final figures are kept for that `Closed` (`closed_info`).
     // Out of line: once per connection, and the established path that
     // can reach it (`after`) stays short.
     #[inline(never)]
@@ -1761,6 +1777,15 @@ impl Stack {
         self.replies.owed_acks.forget(&conn.tuple);
         self.by_state[slot.counted.index()] -= 1;
         let r = last(conn, &self.lent);
+        if !reuse {
+            // Its `Closed` is queued (`after`): the figures it is handled
+            // with ([`Stack::info`]), written in place.
+            let closed = ConnHandle {
+                index: idx,
+                generation: slot.generation,
+            };
+            self.closed_info.push_back((closed, conn.info()));
+        }
         conn.release_buffers((&mut self.pool, &mut self.lent, &mut self.flights));
         slot.conn = None;
         if let Some(Some(l)) = slot
@@ -2899,7 +2924,7 @@ impl Stack {
         };
         if let Event::Closed { conn, .. } = event {
             // The closed connection's slot, held until now (`remove`).
-            self.release_held(conn.index);
+            self.release_held(conn);
             return Some(event);
         }
         if self.events_stale {
@@ -2950,6 +2975,7 @@ impl Stack {
     fn free_closed_slot(&mut self) {
         self.free
             .push(std::mem::replace(&mut self.closed_slot, NO_SLOT));
+        self.last_closed = None;
     }
 
     /// A slot held for its `Closed` (`remove` without reuse), whose
@@ -2957,10 +2983,26 @@ impl Stack {
     /// [`Config::max_connections`], and is free at the next
     /// [`Stack::poll_event`] call (`closed_slot`).
     #[inline]
-    fn release_held(&mut self, idx: u32) {
+    fn release_held(&mut self, conn: ConnHandle) {
         debug_assert_eq!(self.closed_slot, NO_SLOT, "freed by this poll_event");
-        self.closed_slot = idx;
+        self.closed_slot = conn.index;
         self.held -= 1;
+        self.take_closed_info(conn);
+    }
+
+    /// The final figures of `conn`, whose `Closed` is taken now: what
+    /// [`Stack::info`] answers until the next [`Stack::poll_event`] call.
+    /// Out of line: once per closed connection.
+    #[cold]
+    #[inline(never)]
+    fn take_closed_info(&mut self, conn: ConnHandle) {
+        let taken = self.closed_info.pop_front();
+        debug_assert_eq!(
+            taken.map(|(h, _)| h),
+            Some(conn),
+            "in the order of the Closed"
+        );
+        self.last_closed = taken;
     }
 
     /// [`Stack::poll_event`] while events of connections an application
@@ -2975,7 +3017,7 @@ impl Stack {
             }
             match event {
                 Event::Closed { conn, .. } => {
-                    self.release_held(conn.index);
+                    self.release_held(conn);
                     return Some(event);
                 }
                 _ if self.lookup(event.conn()).is_ok() => return Some(event),
@@ -3086,9 +3128,20 @@ impl Stack {
     }
 
     /// The connection's queues and transmission state (`TCP_INFO`'s
-    /// counterpart).
+    /// counterpart). Also for a connection whose [`Event::Closed`] the
+    /// last [`Stack::poll_event`] call returned, while the application
+    /// handles it: its figures as they were when the stack let it go
+    /// (bytes never read or never acknowledged included), as Linux answers
+    /// `TCP_INFO` on a closed socket until the application closes its
+    /// descriptor. `Err(InvalidHandle)` for one closed before that.
     pub fn info(&self, conn: ConnHandle) -> Result<crate::ConnInfo, Error> {
-        Ok(self.live(conn)?.info())
+        match self.live(conn) {
+            Ok(c) => Ok(c.info()),
+            Err(e) => match self.last_closed {
+                Some((closed, info)) if closed == conn => Ok(info),
+                _ => Err(e),
+            },
+        }
     }
 
     /// The connection's state.
@@ -3518,6 +3571,25 @@ impl Stack {
             return Err(format!(
                 "{held_slots} slots held for their Closed, count {}",
                 self.held
+            ));
+        }
+        let queued: Vec<ConnHandle> = self
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Closed { conn, .. } => Some(*conn),
+                _ => None,
+            })
+            .collect();
+        if !self
+            .closed_info
+            .iter()
+            .map(|(h, _)| *h)
+            .eq(queued.iter().copied())
+        {
+            return Err(format!(
+                "final figures kept for {:?}, Closed queued for {queued:?}",
+                self.closed_info.iter().map(|(h, _)| *h).collect::<Vec<_>>()
             ));
         }
         if live != self.live || self.table.len() != live {

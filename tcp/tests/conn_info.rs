@@ -74,3 +74,72 @@ fn info_counts_the_connection_s_retransmissions() {
     assert!(i.retransmits > 0, "{i:?}");
     assert_eq!(u64::from(i.retransmits), stack, "{i:?}");
 }
+
+/// Takes `stack`'s events up to and including `conn`'s `Closed`, and
+/// returns its reason and what `info` answers right after it (while the
+/// application would handle it).
+fn info_at_close(
+    stack: &mut flowlane_tcp::Stack,
+    conn: flowlane_tcp::ConnHandle,
+) -> (
+    flowlane_tcp::CloseReason,
+    Result<flowlane_tcp::ConnInfo, flowlane_tcp::Error>,
+) {
+    while let Some(e) = stack.poll_event() {
+        if let flowlane_tcp::Event::Closed { conn: c, reason } = e {
+            if c == conn {
+                return (reason, stack.info(conn));
+            }
+        }
+    }
+    panic!("no Closed for {conn:?}");
+}
+
+/// A connection's final figures are readable while its `Closed` is
+/// handled (until the next `poll_event`), as Linux answers `TCP_INFO` on a
+/// closed socket: for one the peer reset with bytes still unread, and for
+/// one the application aborted (its queues as they were).
+#[test]
+fn info_tells_the_final_figures_while_the_closed_is_handled() {
+    let mut sim = Sim::symmetric(13, LinkConfig::default());
+    let (a, b) = sim.establish();
+    // B sends 1 000 bytes; A reads 600 of them and sends 5 000, all read
+    // and acknowledged.
+    assert_eq!(sim.b.send(b, &[1u8; 1000]).unwrap(), 1000);
+    sim.run_for(Duration::from_millis(50));
+    let mut buf = [0u8; 600];
+    assert_eq!(sim.a.recv(a, &mut buf).unwrap(), 600);
+    assert_eq!(sim.a.send(a, &[2u8; 5000]).unwrap(), 5000);
+    sim.run_for(Duration::from_millis(300));
+    assert_eq!(sim::read_all(&mut sim.b, b).len(), 5000);
+    let before = sim.a.info(a).unwrap();
+    assert_eq!(
+        (before.readable, before.unsent, before.unacked),
+        (400, 0, 0)
+    );
+    // B resets: A's figures at its Closed are those it had.
+    sim.b.abort(b).unwrap();
+    sim.run_for(Duration::from_millis(50));
+    let (reason, told) = info_at_close(&mut sim.a, a);
+    assert_eq!(reason, flowlane_tcp::CloseReason::Reset);
+    assert_eq!(told, Ok(before), "the figures at the reset");
+    // Until the next poll_event only.
+    assert_eq!(sim.a.poll_event(), None);
+    assert_eq!(sim.a.info(a), Err(flowlane_tcp::Error::InvalidHandle));
+
+    // A connection the application aborts with 30 000 bytes queued: gone
+    // at once (`InvalidHandle` before its Closed is taken), its queues as
+    // they were at the abort while its Closed is handled.
+    let (a, _b) = sim.establish_between(
+        "10.0.0.1:10001".parse().unwrap(),
+        "10.0.0.2:81".parse().unwrap(),
+    );
+    assert_eq!(sim.a.send(a, &vec![3u8; 30_000]).unwrap(), 30_000);
+    let queued = sim.a.info(a).unwrap();
+    assert_eq!(queued.unsent + queued.unacked, 30_000, "{queued:?}");
+    sim.a.abort(a).unwrap();
+    assert_eq!(sim.a.info(a), Err(flowlane_tcp::Error::InvalidHandle));
+    let (reason, told) = info_at_close(&mut sim.a, a);
+    assert_eq!(reason, flowlane_tcp::CloseReason::Aborted);
+    assert_eq!(told, Ok(queued));
+}
