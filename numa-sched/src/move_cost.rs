@@ -14,14 +14,19 @@
 //! the policy's snapshot ([`crate::rebalance::LoadSnapshot::move_cost`]).
 //!
 //! The fit: over the last [`WINDOW`] moves, the Theil–Sen estimator (H. Theil 1950,
-//! P. K. Sen 1968): the slope is the median of the slopes between every two moves with
-//! different connection counts, the intercept the median of each move's duration less the
-//! slope's part. Half the moves can be outliers (a move whose worker was preempted for
-//! 400 ms) without moving it far. With few moves the estimate leans on the prior: each
-//! part is `(k × prior + n × fit) / (k + n)` with `k` = [`PRIOR_WEIGHT`] and `n` the moves
-//! that informed it (those with a connection count that differs from another move's, for
-//! the slope). Each part is bounded by the caller's ceiling, so that a host where moves
-//! took a long while once does not price every move out for good.
+//! P. K. Sen 1968) in its weighted form (L. A. Jaeckel 1972, G. L. Sievers 1978): the slope
+//! is the median of the slopes between every two moves with different connection counts,
+//! each pair weighing the difference of its counts, the intercept the median of each
+//! move's duration less the slope's part. Half the moves can be outliers (a move whose
+//! worker was preempted for 400 ms) without moving it far. With few moves the estimate
+//! leans on the prior: each part is `(k × prior + n × fit) / (k + n)` with `k` =
+//! [`PRIOR_WEIGHT`] and `n` what the moves are worth to it: their number for the fixed
+//! part; for the slope, each move as far as its connection count lies from the others'
+//! mean, fully from [`SLOPE_SPREAD`] connections, as the square of the distance below
+//! (moves of one or two connections, whose durations jitter by milliseconds, would
+//! otherwise make a per-connection price of milliseconds). Each part is bounded by the
+//! caller's ceiling, so that a host where moves took a long while once does not price
+//! every move out for good.
 //!
 //! The moves age: each weighs `e^(−age / τ)` (τ: the model's memory, 60 s by default,
 //! [`crate::rebalance::RebalanceConfig::move_cost_memory`]; the age from the time the
@@ -46,6 +51,12 @@ pub const WINDOW: usize = 64;
 /// How many moves the prior counts as: after that many moves the estimate is halfway
 /// between the prior and what the moves showed.
 pub const PRIOR_WEIGHT: f64 = 4.0;
+
+/// How far (in connections) a move's count must lie from the moves' mean for the move to
+/// count fully for the per-connection price (nearer ones count as the square of their
+/// distance over it; see the module's documentation). Eight: buckets of one or two
+/// connections, the common kind, never make a slope by themselves.
+pub const SLOPE_SPREAD: f64 = 8.0;
 
 /// The default memory τ of [`MoveCostModel`]: a move's weight falls by `e` in this time.
 /// One minute: a host's load changes over minutes, and the policy's long-run rate (8 moves
@@ -188,11 +199,17 @@ impl MoveCostModel {
         let weights = self.weights(now);
         let ceiling = self.ceiling;
         let prior = self.prior;
+        let total: f64 = weights.iter().sum();
         let (slope, informed) = self.slope(&weights);
-        let fit_slope = slope.unwrap_or(prior.per_connection as f64).max(0.0);
-        let per_connection = blend(prior.per_connection as f64, fit_slope, informed)
+        let prior_slope = prior.per_connection as f64;
+        // The fit's slope is bounded before it is weighed: a slope of seconds a connection
+        // that the prior outweighs must not pass as one of the ceiling's.
+        let fit_slope = slope
+            .unwrap_or(prior_slope)
             .clamp(0.0, ceiling.per_connection as f64);
-        let line_slope = fit_slope.min(ceiling.per_connection as f64);
+        let per_connection =
+            blend(prior_slope, fit_slope, informed).clamp(0.0, ceiling.per_connection as f64);
+        let line_slope = fit_slope;
         let rest: Vec<(f64, f64)> = self
             .moves
             .iter()
@@ -200,7 +217,7 @@ impl MoveCostModel {
             .map(|(m, &w)| (m.duration as f64 - line_slope * f64::from(m.connections), w))
             .collect();
         let fixed = match weighted_median(rest) {
-            Some(intercept) => blend(prior.fixed as f64, intercept.max(0.0), weights.iter().sum()),
+            Some(intercept) => blend(prior.fixed as f64, intercept.max(0.0), total),
             None => prior.fixed as f64,
         }
         .clamp(0.0, ceiling.fixed as f64);
@@ -210,35 +227,59 @@ impl MoveCostModel {
         }
     }
 
-    /// The weighted median slope between moves of different connection counts (a pair
-    /// weighs the product of its moves' `weights`), and the weight of the moves that took
-    /// part in such a pair (None and 0: no slope, the moves all carried as many
-    /// connections, or weigh nothing).
+    /// The slope: the weighted median of the slopes between moves of different connection
+    /// counts, a pair weighing `|Δconnections|` (the weighted Theil–Sen estimator of
+    /// L. A. Jaeckel 1972 and G. L. Sievers 1978: a pair whose counts lie far apart
+    /// measures the slope better than one a connection apart) times its moves' `weights`.
+    /// With it the weight the slope carries against the prior (see
+    /// [`MoveCostModel::slope_weight`]). None and 0: no slope (the moves all carried as
+    /// many connections, or weigh nothing).
     fn slope(&self, weights: &[f64]) -> (Option<f64>, f64) {
         let mut slopes = Vec::new();
-        let mut informed = vec![false; self.moves.len()];
         for (i, a) in self.moves.iter().enumerate() {
             for (j, b) in self.moves.iter().enumerate().skip(i + 1) {
                 if a.connections == b.connections {
                     continue;
                 }
-                let slope = (b.duration as f64 - a.duration as f64)
-                    / (f64::from(b.connections) - f64::from(a.connections));
-                slopes.push((slope, weights[i] * weights[j]));
-                informed[i] = true;
-                informed[j] = true;
+                let dc = f64::from(b.connections) - f64::from(a.connections);
+                let slope = (b.duration as f64 - a.duration as f64) / dc;
+                slopes.push((slope, dc.abs() * weights[i] * weights[j]));
             }
         }
-        let Some(slope) = weighted_median(slopes) else {
-            return (None, 0.0);
-        };
-        let weight = informed
+        match weighted_median(slopes) {
+            Some(slope) => (Some(slope), self.slope_weight(weights)),
+            None => (None, 0.0),
+        }
+    }
+
+    /// What the moves are worth to the slope against the prior's [`PRIOR_WEIGHT`]: each
+    /// move its weight times `min(1, ((c − c̄) / SLOPE_SPREAD)²)`, `c̄` the moves' weighted
+    /// mean connection count. A slope's variance goes as `σ² / Σ (c − c̄)²`, so moves whose
+    /// counts barely differ say little about it however many they are: 64 moves of 1 and
+    /// 2 connections are worth a quarter of a move, so that their durations' jitter
+    /// (milliseconds) cannot set a per-connection price (microseconds); a move
+    /// [`SLOPE_SPREAD`] or more from the mean counts fully. Aging scales it as it scales
+    /// every weight.
+    fn slope_weight(&self, weights: &[f64]) -> f64 {
+        let total: f64 = weights.iter().sum();
+        if total <= 0.0 {
+            return 0.0;
+        }
+        let mean = self
+            .moves
             .iter()
             .zip(weights)
-            .filter(|(&x, _)| x)
-            .map(|(_, &w)| w)
-            .sum();
-        (Some(slope), weight)
+            .map(|(m, &w)| w * f64::from(m.connections))
+            .sum::<f64>()
+            / total;
+        self.moves
+            .iter()
+            .zip(weights)
+            .map(|(m, &w)| {
+                let d = (f64::from(m.connections) - mean) / SLOPE_SPREAD;
+                w * (d * d).min(1.0)
+            })
+            .sum()
     }
 }
 
@@ -399,7 +440,54 @@ mod tests {
         for c in 0..WINDOW as u32 {
             m.observe(c, u64::MAX / 2 + u64::from(c) * 1_000_000_000_000, T0);
         }
-        assert_eq!(m.estimate(T0), CEILING);
+        let e = m.estimate(T0);
+        assert_eq!(e.fixed, CEILING.fixed, "{e:?}");
+        // The slope's fit is the ceiling's, weighed with the prior by the moves' spread.
+        assert!(e.per_connection <= CEILING.per_connection, "{e:?}");
+        assert!(e.per_connection > CEILING.per_connection * 9 / 10, "{e:?}");
+    }
+
+    /// Moves of 1 and 2 connections whose durations jitter by ±10 ms around 15 ms (the
+    /// bed's usual moves): their pairwise slopes are milliseconds a connection either way,
+    /// and say nothing of the per-connection price, which stays near the prior; a
+    /// one-connection move is priced near 15 ms (the median of 64 draws: within 5 ms). At
+    /// most a tenth of the ceiling (half and half: the moves are worth a quarter of a move
+    /// to the slope, 60 µs at most); before, the slope took the ceiling.
+    #[test]
+    fn jitter_among_one_and_two_connection_moves_sets_no_slope() {
+        for seed in 1..=20u64 {
+            let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            for twos in [2, 8, 32] {
+                let mut m = model();
+                for i in 0..WINDOW {
+                    let c = if i % (WINDOW / twos) == 0 { 2 } else { 1 };
+                    let jitter = (next(&mut rng) % 20_001) as i64 - 10_000;
+                    m.observe(c, (15_000_000 + jitter * 1_000) as u64, T0);
+                }
+                let e = m.estimate(T0);
+                assert!(
+                    e.per_connection < 100_000,
+                    "seed {seed}, {twos} moves of 2: {e:?}"
+                );
+                let one = e.of(1) as f64;
+                assert!(
+                    (one - 15_000_000.0).abs() < 5_000_000.0,
+                    "seed {seed}, {twos} moves of 2: {e:?}"
+                );
+            }
+        }
+    }
+
+    /// A clean line over 1..=64 connections (8 ms + 50 µs a connection) is still found.
+    #[test]
+    fn a_clean_line_over_many_connection_counts_is_found() {
+        let mut m = model();
+        for c in 1..=WINDOW as u32 {
+            m.observe(c, 8_000_000 + 50_000 * u64::from(c), T0);
+        }
+        let e = m.estimate(T0);
+        assert!(e.per_connection.abs_diff(50_000) < 5_000, "{e:?}");
+        assert!(e.fixed.abs_diff(8_000_000) < 800_000, "{e:?}");
     }
 
     const TAU: Duration = DEFAULT_MEMORY;
@@ -456,13 +544,14 @@ mod tests {
     }
 
     /// The memory sets how fast: after 10 s, a one-second memory has forgotten what a
-    /// minute's still remembers.
+    /// minute's still remembers. (Moves of 0 to 56 connections, spread enough to make a
+    /// slope, [`SLOPE_SPREAD`].)
     #[test]
     fn the_memory_sets_how_fast_moves_are_forgotten() {
         let mut short = MoveCostModel::new(PRIOR, CEILING, Duration::from_secs(1));
         let mut long = model();
         for m in [&mut short, &mut long] {
-            for c in 0..8 {
+            for c in (0..64).step_by(8) {
                 m.observe(c, 10_000_000 + u64::from(c) * 1_000_000, T0);
             }
         }
