@@ -523,6 +523,7 @@ mod tests {
             rebalance: "auto".into(),
             rebalance_off_because: None,
             stopping: false,
+            move_cost: None,
             table: vec![],
             // Bucket 3 moved from queue 0 to 1: counted on both.
             queues: vec![q(0, 50, &[(3, 100), (4, 20)]), q(1, 60, &[(3, 5)])],

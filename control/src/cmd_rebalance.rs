@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use flowlane_dataplane::control_socket::{
-    self, QueueStatus, Request, Response, ServiceStatus, RUN_DIR,
+    self, MoveCostStatus, QueueStatus, Request, Response, ServiceStatus, RUN_DIR,
 };
 use flowlane_dataplane::MoveReport;
 
@@ -237,10 +237,40 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
         );
     }
     let _ = writeln!(s);
+    if let Some(c) = &now.move_cost {
+        let _ = writeln!(s, "{}", price_line(c));
+    }
     for r in m.recent.iter().rev().take(5) {
         let _ = writeln!(s, "  {}", move_summary(r));
     }
     s
+}
+
+/// What the rebalancing loop prices a move at now: its fixed part, its
+/// part a connection, and the moves it was learned from (none: the
+/// configured prior).
+fn price_line(c: &MoveCostStatus) -> String {
+    let learned = match c.fit_moves {
+        0 => "the configured prior, no move made yet".to_string(),
+        1 => "learned from the latest move".to_string(),
+        n => format!("learned from the latest {n} moves"),
+    };
+    format!(
+        "a move is priced at {} + {} a connection ({learned})",
+        duration_text(c.fixed_ns),
+        duration_text(c.per_connection_ns)
+    )
+}
+
+/// `ns` in the unit that reads best: 850 ns, 20.0 us, 9.86 ms.
+fn duration_text(ns: u64) -> String {
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1} us", ns as f64 / 1e3)
+    } else {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    }
 }
 
 /// What a row of the status screen stands for: a queue (and its worker),
@@ -350,6 +380,7 @@ mod tests {
             queues,
             moves,
             stopping: false,
+            move_cost: None,
         }
     }
 
@@ -439,6 +470,34 @@ mod tests {
         assert!(text.contains("b0 100% 100/s 1c"), "{text}");
         assert_eq!(busy_percent(500, 1000), 50.0);
         assert_eq!(busy_percent(1005, 1000), 100.0);
+    }
+
+    /// The learned move price is shown where a loop runs (fixed part, part
+    /// a connection, moves it was learned from), and not otherwise.
+    #[test]
+    fn the_learned_move_price_is_shown() {
+        let mut s = status(1, vec![queue(0, 0, 0, &[])], MoveHistory::default());
+        assert!(!render(None, &s).contains("priced"), "{}", render(None, &s));
+        s.move_cost = Some(MoveCostStatus {
+            fixed_ns: 9_860_000,
+            per_connection_ns: 2_000,
+            fit_moves: 12,
+        });
+        let text = render(None, &s);
+        assert!(
+            text.contains("a move is priced at 9.86 ms + 2.0 us a connection (learned from the latest 12 moves)"),
+            "{text}"
+        );
+        s.move_cost = Some(MoveCostStatus {
+            fixed_ns: 20_000,
+            per_connection_ns: 850,
+            fit_moves: 0,
+        });
+        let text = render(None, &s);
+        assert!(
+            text.contains("a move is priced at 20.0 us + 850 ns a connection (the configured prior, no move made yet)"),
+            "{text}"
+        );
     }
 
     #[test]

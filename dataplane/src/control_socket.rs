@@ -239,6 +239,11 @@ pub struct ServiceStatus {
     /// its control socket goes. False from a service of an older version.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopping: bool,
+    /// What its rebalancing loop prices a move at now, as learned from
+    /// the moves made (the counters' [`ServiceCounters::move_cost`]); None
+    /// where no loop runs, and from a service of an older version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub move_cost: Option<MoveCostStatus>,
 }
 
 impl ServiceStatus {

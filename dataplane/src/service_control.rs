@@ -683,6 +683,7 @@ impl ServiceControl {
             queues,
             moves: self.history.clone(),
             stopping: self.stopping,
+            move_cost: self.move_cost().map(|c| *c),
         }
     }
 }
@@ -1076,6 +1077,23 @@ mod tests {
         let _ = control.move_by_hand(&view, 2, 1);
         let cost = control.counters(&view).move_cost.unwrap();
         assert_eq!(cost.fit_moves, 1, "{cost:?}");
+    }
+
+    /// The status answer carries the same learned move cost (`flowlane
+    /// rebalance status` shows it); none without a loop.
+    #[test]
+    fn the_status_carries_the_learned_move_cost() {
+        let view = Scripted {
+            table: std::cell::RefCell::new(vec![0, 1, 0, 1]),
+            next: std::cell::Cell::new((true, true)),
+        };
+        let mut control = ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
+        assert_eq!(control.status(&view).move_cost, None);
+        control.auto = Some(AutoRebalance::bare());
+        let _ = control.move_by_hand(&view, 2, 1);
+        let status = control.status(&view).move_cost.unwrap();
+        assert_eq!(status.fit_moves, 1, "{status:?}");
+        assert_eq!(Some(Box::new(status)), control.counters(&view).move_cost);
     }
 
     /// A service without buckets: every move is refused before anything
