@@ -137,6 +137,14 @@ pub fn dashboards_dir() -> PathBuf {
 /// service runs on AF_XDP, leaves such panels to `daemon_kernel.rs`.
 pub const KERNEL_SOCKETS_PANEL: &str = "Kernel sockets: ";
 
+/// How the title of a panel begins whose metrics only a service whose
+/// rebalancing loop runs exports (the learned move price):
+/// `daemon_metrics.rs`, whose service runs with its loop off (its moves
+/// are made by hand and counted), leaves such panels to `dashboards.rs`,
+/// which checks that their queries parse and name families the daemon
+/// exports.
+pub const REBALANCING_LOOP_PANEL: &str = "Rebalancing loop: ";
+
 /// One query of a Grafana dashboard panel.
 #[derive(Debug, Clone)]
 pub struct PanelQuery {
@@ -154,6 +162,12 @@ impl PanelQuery {
     /// exports ([`KERNEL_SOCKETS_PANEL`]).
     pub fn kernel_sockets_only(&self) -> bool {
         self.panel.starts_with(KERNEL_SOCKETS_PANEL)
+    }
+
+    /// Whether its panel shows what only a service whose rebalancing loop
+    /// runs exports ([`REBALANCING_LOOP_PANEL`]).
+    pub fn rebalancing_loop_only(&self) -> bool {
+        self.panel.starts_with(REBALANCING_LOOP_PANEL)
     }
 
     /// The query as Prometheus would get it with every service and queue

@@ -229,6 +229,63 @@ fn every_dashboard_is_well_formed() {
     assert!(queries.len() >= 30, "{} queries", queries.len());
 }
 
+/// The panels of what only a running rebalancing loop exports (the
+/// learned move price), which `daemon_metrics.rs` cannot ask a real
+/// Prometheus for (its service runs with its loop off): there is at least
+/// one, each names only families the daemon exports (the daemon's own
+/// tests show them on the page of a service with a loop), and each query
+/// parses (`promtool check rules` on a recording rule of it).
+#[test]
+fn the_rebalancing_loop_s_panels_name_exported_families_and_parse() {
+    let (queries, _) = dashboard_queries();
+    let looped: Vec<_> = queries
+        .iter()
+        .filter(|q| q.rebalancing_loop_only())
+        .collect();
+    let exported = exported_metrics();
+    let mut named = BTreeSet::new();
+    for q in &looped {
+        for name in flowlane_metric_names(&q.expr) {
+            let one = BTreeSet::from([name.clone()]);
+            assert!(
+                exported.iter().any(|family| paneled(family, &one)),
+                "{} / {}: {name} is no family the daemon exports",
+                q.file,
+                q.panel
+            );
+            named.insert(name);
+        }
+    }
+    for family in [
+        "flowlane_rebalance_move_cost_fixed_ns",
+        "flowlane_rebalance_move_cost_per_connection_ns",
+        "flowlane_rebalance_move_cost_observed",
+    ] {
+        assert!(named.contains(family), "no loop panel shows {family}");
+    }
+    let dir = std::env::temp_dir().join(format!("fl-loop-panels-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rules = String::from("groups:\n  - name: loop_panels\n    rules:\n");
+    for (i, q) in looped.iter().enumerate() {
+        rules.push_str(&format!(
+            "      - record: loop_panel_{i}\n        expr: '{}'\n",
+            q.promql().replace('\'', "''")
+        ));
+    }
+    let file = dir.join("loop-panels.yml");
+    std::fs::write(&file, rules).unwrap();
+    let Some(out) = promtool(&["check", "rules", file.to_str().unwrap()]) else {
+        return;
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `promtool` on the rules, or a printed reason to skip.
 fn promtool(args: &[&str]) -> Option<std::process::Output> {
     match Command::new("promtool")
