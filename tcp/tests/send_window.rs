@@ -70,7 +70,28 @@ fn a_window_reopened_below_one_segment_does_not_stall_the_sender() {
 /// outside the window again.
 #[test]
 fn probing_a_zero_window_leaves_the_congestion_window_alone() {
-    let mut p = Peer::shut_after_first_flight();
+    probe_a_shut_window_for_half_a_minute(Peer::shut_after_first_flight());
+}
+
+/// The same where A timed its SYN (no timestamps: RFC 6298 §3), so that
+/// its RTO is the handshake's (the minimum), shorter than the backed-off
+/// gaps between probes: the probes, each after more than an RTO without
+/// sending, are no idle restart (RFC 5681 §4.1), which would cut the
+/// congestion window to the initial window while flow control, not the
+/// network, held the data back.
+#[test]
+fn probing_a_zero_window_is_no_idle_restart() {
+    let mut cfg = test_config(1);
+    cfg.timestamps = false;
+    let p = Peer::shut_after_first_flight_with(cfg);
+    assert!(p.a.info(p.conn).unwrap().srtt.is_some(), "the SYN timed");
+    probe_a_shut_window_for_half_a_minute(p);
+}
+
+/// B keeps its window shut for 30 s, answering each of A's probes, then
+/// reopens it: A's congestion window and slow-start threshold are as
+/// before, and it sends as much as before.
+fn probe_a_shut_window_for_half_a_minute(mut p: Peer) {
     let conn = p.conn;
     let before = p.a.info(conn).unwrap();
     let rto_before = p.a.stats().rto_timeouts;

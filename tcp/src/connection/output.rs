@@ -395,9 +395,18 @@ impl Connection {
         if payload > 0 {
             ctx.stats.data_segments_out += 1;
             ctx.stats.bytes_out += payload as u64;
-            // RFC 5681 §4.1: restart from IW after an idle period.
+            // RFC 5681 §4.1: restart from IW after an idle period. Not at
+            // a zero window's probe: flow control held the data back,
+            // the probe's byte lies outside the window and no congestion
+            // window governs it (RFC 9293 §3.8.6.1), as Linux's probe
+            // (`tcp_xmit_probe_skb`, no data) starts no transmission and
+            // leaves its window alone; data the reopened window takes is
+            // judged here again.
             let idle = now.saturating_since(self.timers_rare.last_send);
-            if self.snd.una == self.snd.max && idle > self.rtt.rto() {
+            if self.snd.una == self.snd.max
+                && idle > self.rtt.rto()
+                && !(self.snd.wnd == 0 && self.flags.has(Flags::PERSISTING))
+            {
                 self.cc.on_idle_restart(idle, self.initial_window(ctx.cfg));
             }
             self.timers_rare.last_send = now;

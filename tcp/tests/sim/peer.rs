@@ -12,6 +12,11 @@ use flowlane_wire::tcp::{TcpFlags, TcpOptions};
 use flowlane_wire::TcpRepr;
 use std::net::SocketAddr;
 
+/// The round trip of [`Peer::with_config`]'s handshake, A's SYN to B's
+/// SYN-ACK: where A times its SYN (RFC 6298 §3), this is its SRTT until a
+/// test's own samples move it.
+pub const HANDSHAKE_RTT: Duration = Duration::from_millis(10);
+
 /// A and the state of the peer B played against it.
 pub struct Peer {
     pub a: Stack,
@@ -43,9 +48,13 @@ impl Peer {
         Peer::with_config(test_config(1), b_window, options)
     }
 
-    /// [`Peer::with_options`] for an A configured by `cfg`.
+    /// [`Peer::with_options`] for an A configured by `cfg`. B's SYN-ACK
+    /// comes [`HANDSHAKE_RTT`] after A's SYN: A's first RTT sample, as a
+    /// real path's (a SYN-ACK in the same nanosecond would give A an SRTT
+    /// of 0, a probe timeout of 0 and the minimum RTO).
     pub fn with_config(cfg: Config, b_window: u16, options: TcpOptions) -> Peer {
         let mut p = Peer::syn_sent(cfg, b_window);
+        p.now += HANDSHAKE_RTT;
         p.deliver(TcpFlags::SYN | TcpFlags::ACK, b_window, options);
         p.b_nxt = p.b_nxt.wrapping_add(1);
         assert_eq!(p.a.state(p.conn), Ok(State::Established));
@@ -165,7 +174,17 @@ impl Peer {
     /// A with 100 kB queued; B takes its first flight and shuts its
     /// window.
     pub fn shut_after_first_flight() -> Peer {
-        let mut p = Peer::new(60_000);
+        Peer::shut_after_first_flight_with(test_config(1))
+    }
+
+    /// [`Peer::shut_after_first_flight`] for an A configured by `cfg`
+    /// (B offers only an MSS option, as in [`Peer::new`]).
+    pub fn shut_after_first_flight_with(cfg: Config) -> Peer {
+        let options = TcpOptions {
+            mss: Some(1460),
+            ..TcpOptions::default()
+        };
+        let mut p = Peer::with_config(cfg, 60_000, options);
         p.a.send(p.conn, &vec![7u8; 100_000]).unwrap();
         let first = p.poll();
         assert!(p.take(&first, usize::MAX) > 0);
