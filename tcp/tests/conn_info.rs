@@ -143,3 +143,94 @@ fn info_tells_the_final_figures_while_the_closed_is_handled() {
     assert_eq!(reason, flowlane_tcp::CloseReason::Aborted);
     assert_eq!(told, Ok(queued));
 }
+
+/// A round trip under the timestamp clock's millisecond (a LAN, a veth:
+/// 25-35 µs on the test bed, as the kernel's sockets report it) reads as
+/// itself in `info`, at both ends: from the handshake on, the SYN and the
+/// SYN-ACK timed like any segment (RFC 6298 §3; Linux's
+/// `tcp_synack_rtt_meas` and the SYN's send time), where the handshake's
+/// echo says 0 ms; then the sender's, after bursts whose ACKs, several a
+/// round trip, each echo a TSval 0 or 1 ms old, from its timed segments,
+/// exact to the clock, not from the echoes (Linux's `tcp_ack_update_rtt`
+/// takes an echo only when no segment's send time measures the ACK); and
+/// the receiver's, which sends no data to time, stays its handshake's.
+#[test]
+fn info_tells_a_sub_millisecond_round_trip_from_the_handshake_at_both_ends() {
+    // A gigabit bottleneck spreads a burst's segments 12 µs apart, so that
+    // the receiver acknowledges every second one.
+    let link = LinkConfig {
+        delay: Duration::from_micros(50),
+        bandwidth_bps: 1_000_000_000,
+        max_queue_delay: Duration::from_millis(10),
+        ..LinkConfig::default()
+    };
+    let mut sim = Sim::symmetric(13, link);
+    let (a, b) = sim.establish();
+    let in_range =
+        |srtt: Duration| srtt >= Duration::from_micros(90) && srtt < Duration::from_millis(1);
+    for (side, srtt) in [("a", sim.a.info(a)), ("b", sim.b.info(b))] {
+        let srtt = srtt.unwrap().srtt;
+        assert!(
+            srtt.is_some_and(in_range),
+            "{side} after the handshake: {srtt:?}"
+        );
+    }
+    // Fifty bursts of ten segments, a millisecond apart, all read.
+    let burst = vec![3u8; 10 * 1448];
+    let mut buf = vec![0u8; 65_536];
+    let mut got = 0;
+    for _ in 0..50 {
+        assert_eq!(sim.a.send(a, &burst).unwrap(), burst.len());
+        sim.run_for(Duration::from_millis(1));
+        while let Ok(n) = sim.b.recv(b, &mut buf) {
+            got += n;
+        }
+    }
+    assert_eq!(got, 50 * burst.len());
+    for (side, srtt) in [("a", sim.a.info(a)), ("b", sim.b.info(b))] {
+        let srtt = srtt.unwrap().srtt;
+        assert!(
+            srtt.is_some_and(in_range),
+            "{side} after the bursts: {srtt:?}"
+        );
+    }
+}
+
+/// A round trip under the timestamp clock's millisecond (a LAN, a veth:
+/// 25-35 µs on the test bed, as the kernel's sockets report it) reads as
+/// itself in `info` (or not at all before a timed segment's ACK), after
+/// bursts whose ACKs, several a round trip, each echo a TSval 0 or 1 ms
+/// old: the timed segment's samples, exact to the clock, not the echoes'
+/// (as Linux's `tcp_ack_update_rtt`). Session 58's test, as written then.
+#[test]
+fn info_tells_a_sub_millisecond_round_trip() {
+    // A gigabit bottleneck spreads a burst's segments 12 µs apart, so that
+    // the receiver acknowledges every second one.
+    let link = LinkConfig {
+        delay: Duration::from_micros(50),
+        bandwidth_bps: 1_000_000_000,
+        max_queue_delay: Duration::from_millis(10),
+        ..LinkConfig::default()
+    };
+    let mut sim = Sim::symmetric(13, link);
+    let (a, b) = sim.establish();
+    let in_range =
+        |srtt: Duration| srtt >= Duration::from_micros(90) && srtt < Duration::from_millis(1);
+    // The handshake's echo, 0 ms, is no sample: none yet, not 0.
+    let srtt = sim.a.info(a).unwrap().srtt;
+    assert!(srtt.is_none_or(in_range), "{srtt:?}");
+    // Fifty bursts of ten segments, a millisecond apart, all read.
+    let burst = vec![3u8; 10 * 1448];
+    let mut buf = vec![0u8; 65_536];
+    let mut got = 0;
+    for _ in 0..50 {
+        assert_eq!(sim.a.send(a, &burst).unwrap(), burst.len());
+        sim.run_for(Duration::from_millis(1));
+        while let Ok(n) = sim.b.recv(b, &mut buf) {
+            got += n;
+        }
+    }
+    assert_eq!(got, 50 * burst.len());
+    let srtt = sim.a.info(a).unwrap().srtt.unwrap();
+    assert!(in_range(srtt), "{srtt:?}");
+}

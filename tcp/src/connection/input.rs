@@ -10,6 +10,24 @@ use super::*;
 /// floor of `Connection::take_rtt_sample`.
 const RTT_ECHO_MAX_MS: u32 = 1 << 30;
 
+/// The shortest echo an RTT sample is taken from, in milliseconds of our
+/// TSval clock: an echo of 0 or 1 ms says only that the round trip is
+/// under 2 ms (a LAN, a veth: tens of microseconds), and fed to RFC 6298's
+/// estimator it would read such a path as 0 or as up to 40 times its
+/// round trip. There the timed segment, measured to the microsecond,
+/// gives the samples, as Linux takes a timestamp echo only when no
+/// segment's own send time measures the ACK (`tcp_ack_update_rtt`).
+///
+/// Limitation: on a path of 1 to 2 ms, where an echo reads 1 or 2 ms by
+/// where the round trip falls between our clock's ticks, the echoes of 1
+/// ms are dropped and those of 2 ms kept, so the echo samples (every ACK
+/// but the timed segment's one a round trip) lean toward 2 ms, up to
+/// twice a 1 ms round trip; the exact timed samples pull the estimate
+/// back only in their share of the ACKs. Below 1 ms (echoes of 0 or 1)
+/// and from 2 ms on (where the millisecond is at most half the round
+/// trip) there is no such lean.
+const RTT_ECHO_MIN_MS: u32 = 2;
+
 /// Why the timestamp checks drop a segment (RFC 7323 §3.2, §5.3 R1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum TimestampDrop {
@@ -1042,18 +1060,21 @@ impl Connection {
         true
     }
 
-    /// RTT measurement: RFC 7323 §4 with timestamps; also (and without
-    /// timestamps) one timed segment at a time under Karn's rule (RFC 6298
-    /// §3), which is what ends a backoff when every echo predates it.
-    /// Returns the sample taken, if any (congestion control's, RFC 9406).
+    /// RTT measurement: one timed segment at a time under Karn's rule (RFC
+    /// 6298 §3), exact to our clock, which is also what ends a backoff
+    /// when every echo predates it; with timestamps, on every other ACK the
+    /// echo (RFC 7323 §4) where its millisecond resolves the round trip
+    /// ([`RTT_ECHO_MIN_MS`]). Returns the sample taken, if any (congestion
+    /// control's, RFC 9406).
     pub(super) fn take_rtt_sample(&mut self, now: Instant, seg: &TcpRepr) -> Option<Duration> {
-        let timed = match self.rtt_seq.get() {
-            Some((end, sent)) if SeqNumber(seg.ack) >= end => {
+        if let Some((end, sent)) = self.rtt_seq.get() {
+            if SeqNumber(seg.ack) >= end {
                 self.rtt_seq = TimedSegment::NONE;
-                Some(now.saturating_since(sent))
+                let r = now.saturating_since(sent);
+                self.rtt.on_sample(r);
+                return Some(r);
             }
-            _ => None,
-        };
+        }
         if self.flags.has(Flags::TIMESTAMPS) {
             if let Some((_, tsecr)) = seg.options.timestamps {
                 // Karn's rule, timestamp flavour: after a timeout, an ACK for
@@ -1063,17 +1084,16 @@ impl Connection {
                 // the whole backoff; ignore echoes from before the timeout.
                 let ms = self.tsval(now).wrapping_sub(tsecr);
                 let before_timeout = (tsecr.wrapping_sub(self.ts.rtt_floor) as i32) < 0;
-                if ms < RTT_ECHO_MAX_MS && (!before_timeout || self.rtt_floor_lapsed(now)) {
+                if (RTT_ECHO_MIN_MS..RTT_ECHO_MAX_MS).contains(&ms)
+                    && (!before_timeout || self.rtt_floor_lapsed(now))
+                {
                     let r = Duration::from_millis(u64::from(ms));
                     self.rtt.on_sample(r);
                     return Some(r);
                 }
             }
         }
-        if let Some(r) = timed {
-            self.rtt.on_sample(r);
-        }
-        timed
+        None
     }
 
     /// Whether the floor on echoes ([`TimestampState::rtt_floor`], our

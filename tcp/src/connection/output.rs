@@ -92,7 +92,12 @@ impl Connection {
             // its ACK timed from the first copy gave an SRTT of the whole
             // wait.
             self.rtt_seq = TimedSegment::NONE;
-        } else if !self.flags.has(Flags::TIMESTAMPS) && !offer_ts {
+        } else {
+            // RFC 6298 §3: the SYN (SYN-ACK) is timed like any segment,
+            // with or without timestamps, as Linux times both
+            // (`tcp_synack_rtt_meas`; the SYN's send time in
+            // `tcp_ack_update_rtt`): a pure receiver's only sample, and
+            // exact to the clock where an echo's millisecond is not.
             self.rtt_seq = TimedSegment::new(self.snd_rare.iss + 1, now);
         }
         self.snd.nxt = self.snd_rare.iss + 1;
