@@ -238,6 +238,11 @@ struct Slot {
     conn: Option<Connection>,
     /// Where that entry sits in the wheel.
     wheel_pos: WheelPos,
+    /// The connection's tuple's hash in [`Stack::table`] (written by
+    /// [`Stack::place`]), so that its removal and its TIME-WAIT record do
+    /// not hash the tuple again (two hashes of a connection's close; in
+    /// the slot's last padding: the slot does not grow).
+    hash: u64,
 }
 
 /// Moves a connection counted in `counted` to `state` in the per-state
@@ -1268,6 +1273,7 @@ impl Stack {
                     park_epoch: 0,
                     link: Link::NONE,
                     conn: None,
+                    hash: 0,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -1296,6 +1302,7 @@ impl Stack {
         self.buckets.push(&mut self.slots, slot_link, idx, bucket);
         let slot = &mut self.slots[idx as usize];
         slot.listener = SlotListener::of(listener);
+        slot.hash = hash;
         debug_assert!(!slot.wheel_pos.is_some());
         slot.wheel_deadline = Deadline::NONE;
         slot.in_dirty = false;
@@ -1693,7 +1700,9 @@ impl Stack {
             });
             self.stats.closed += 1;
             if let Some((record, owes_ack)) = record {
-                self.enter_time_wait(record, owes_ack, bucket);
+                // The slot's hash: the record's tuple is the connection's.
+                let hash = self.slots[idx as usize].hash;
+                self.enter_time_wait(record, owes_ack, bucket, hash);
             }
             return;
         }
@@ -1706,9 +1715,9 @@ impl Stack {
     }
 
     /// Keeps the compact record of a closed connection in TIME-WAIT (its
-    /// slot already freed).
-    fn enter_time_wait(&mut self, record: TimeWait, owes_ack: bool, bucket: u16) {
-        let hash = self.table.hash(&record.tuple);
+    /// slot already freed), its tuple hashing to `hash` in the table.
+    fn enter_time_wait(&mut self, record: TimeWait, owes_ack: bool, bucket: u16, hash: u64) {
+        debug_assert_eq!(hash, self.table.hash(&record.tuple));
         let evicted = self.time_wait.insert(hash, record, bucket, owes_ack);
         self.stats.time_wait_evicted += evicted as u64;
     }
@@ -1772,7 +1781,8 @@ impl Stack {
         let conn = slot.conn.as_mut().expect("live slot");
         let in_backlog = conn.in_backlog();
         let parked = conn.flags.has(Flags::RCV_PARKED);
-        let hash = self.table.hash(&conn.tuple);
+        let hash = slot.hash;
+        debug_assert_eq!(hash, self.table.hash(&conn.tuple));
         let commitment = conn.rcv_charged(usize::from(self.cfg.mss));
         self.replies.owed_acks.forget(&conn.tuple);
         self.by_state[slot.counted.index()] -= 1;
@@ -3495,6 +3505,9 @@ impl Stack {
             let hash = self.table.hash(&c.tuple);
             if self.find(hash, &c.tuple) != Some(idx) {
                 return Err(format!("slot {i} ({:?}) not found by its tuple", c.tuple));
+            }
+            if self.slots[idx as usize].hash != hash {
+                return Err(format!("slot {i} ({:?}): its kept hash is stale", c.tuple));
             }
             if self.time_wait.find(hash, &c.tuple).is_some() {
                 return Err(format!("slot {i} ({:?}) also in TIME-WAIT", c.tuple));
