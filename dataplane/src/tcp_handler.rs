@@ -868,12 +868,12 @@ counters! {
         /// Bytes of buffer memory the connections hold now (a gauge).
         buffer_memory,
         /// Bytes of free buffer memory the stack keeps for reuse (a gauge):
-        /// what a busy spell left, halved each [`TRIM_EVERY`] it lies idle
+        /// what a busy spell left, halved each second it lies idle
         /// ([`Stack::trim_memory`]).
         buffer_memory_cached,
         /// Bytes of buffer memory the stack gave back to the allocator
         /// (`Stats::buffer_memory_returned`): what the service's heap trim
-        /// ([`crate::heap_trim`]) watches.
+        /// (`heap_trim`, on the service's thread) watches.
         buffer_memory_returned,
         /// Receive memory committed now, of the stack's budget (a gauge).
         recv_memory_committed,
