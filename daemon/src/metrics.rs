@@ -1128,11 +1128,11 @@ mod tests {
             socket: None,
             queue_pair: None,
             stopping: false,
-            move_cost: Some(Box::new(MoveCostStatus {
+            move_cost: Some(MoveCostStatus {
                 fixed_ns: 7_070_000,
                 per_connection_ns: 2_500,
                 fit_moves: 5,
-            })),
+            }),
             nic: Some(InterfaceStats {
                 rx_packets: 5000,
                 tx_dropped: 2,

@@ -390,10 +390,9 @@ pub struct ServiceCounters {
     pub stopping: bool,
     /// What its rebalancing loop prices a move at now, as learned from
     /// the moves made; None where no loop runs, and from a service of an
-    /// older version. (Boxed: the counters answer is the largest of the
-    /// socket's answers already.)
+    /// older version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub move_cost: Option<Box<MoveCostStatus>>,
+    pub move_cost: Option<MoveCostStatus>,
 }
 
 /// What a service's rebalancing loop prices a bucket move at now: the

@@ -608,13 +608,13 @@ impl ServiceControl {
     }
 
     /// What the rebalancing loop prices a move at now (None: no loop).
-    fn move_cost(&self) -> Option<Box<MoveCostStatus>> {
+    fn move_cost(&self) -> Option<MoveCostStatus> {
         let (cost, fit_moves) = self.auto.as_ref()?.move_cost();
-        Some(Box::new(MoveCostStatus {
+        Some(MoveCostStatus {
             fixed_ns: cost.fixed,
             per_connection_ns: cost.per_connection,
             fit_moves,
-        }))
+        })
     }
 
     /// Where `flow` is processed now, or why this service cannot say.
@@ -683,7 +683,7 @@ impl ServiceControl {
             queues,
             moves: self.history.clone(),
             stopping: self.stopping,
-            move_cost: self.move_cost().map(|c| *c),
+            move_cost: self.move_cost(),
         }
     }
 }
@@ -1068,11 +1068,11 @@ mod tests {
         let prior = RebalanceConfig::default().move_costs();
         assert_eq!(
             control.counters(&view).move_cost,
-            Some(Box::new(MoveCostStatus {
+            Some(MoveCostStatus {
                 fixed_ns: prior.fixed,
                 per_connection_ns: prior.per_connection,
                 fit_moves: 0,
-            }))
+            })
         );
         let _ = control.move_by_hand(&view, 2, 1);
         let cost = control.counters(&view).move_cost.unwrap();
@@ -1093,7 +1093,7 @@ mod tests {
         let _ = control.move_by_hand(&view, 2, 1);
         let status = control.status(&view).move_cost.unwrap();
         assert_eq!(status.fit_moves, 1, "{status:?}");
-        assert_eq!(Some(Box::new(status)), control.counters(&view).move_cost);
+        assert_eq!(Some(status), control.counters(&view).move_cost);
     }
 
     /// A service without buckets: every move is refused before anything
