@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -134,6 +134,8 @@ struct WorkerHandle {
     /// Whether the worker's loop panicked (the queue failed closed, or
     /// the worker ended).
     panicked: Arc<AtomicBool>,
+    /// The passes its loop began ([`worker::Control::passes`]).
+    passes: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -541,13 +543,15 @@ impl Dataplane {
             let counters = Arc::new(QueueCounters::default());
             let failed = Arc::new(AtomicI32::new(0));
             let loop_panicked = Arc::new(AtomicBool::new(false));
-            let (stop2, counters2, factory2, ready, failed2, panicked2) = (
+            let passes = Arc::new(AtomicU64::new(0));
+            let (stop2, counters2, factory2, ready, failed2, panicked2, passes2) = (
                 stop.clone(),
                 counters.clone(),
                 factory.clone(),
                 ready_tx.clone(),
                 failed.clone(),
                 loop_panicked.clone(),
+                passes.clone(),
             );
             let thread = std::thread::Builder::new()
                 // Workers without a queue too: tools account CPU time by
@@ -589,6 +593,7 @@ impl Dataplane {
                         stop: stop2,
                         failed: failed2,
                         panicked: panicked2,
+                        passes: passes2,
                     };
                     // Said once the rings are filled; the sender goes with
                     // it, so a worker that dies before has none left and
@@ -622,6 +627,7 @@ impl Dataplane {
                 counters,
                 failed,
                 panicked: loop_panicked,
+                passes,
                 thread: Some(thread),
             });
         }
@@ -913,18 +919,54 @@ impl Dataplane {
         // 100 ms unanswered, their clients' SYNs retransmitted a second
         // later). What still comes for the connections the workers reset
         // is reset by the kernel too.
-        // The SYNs already on the workers' RX rings are answered by their
-        // next pass (a frame wakes an idle worker's poll): a pass's time
-        // before they are told to stop.
-        let running = self.workers.iter().any(|w| w.thread.is_some());
+        // The SYNs already on the workers' RX rings are answered by a pass
+        // that begins after the release: each worker is waited for until
+        // it has made one whole (an idle worker's poll wakes on a frame,
+        // and at least every 10 ms). A fixed wait did not do: on a loaded
+        // machine a worker may not run for tens of milliseconds (one
+        // connect in 27,762 of the check's CI run went unanswered after a
+        // 20 ms wait).
         match self.steering.release_ports() {
-            Ok(()) if running => std::thread::sleep(RELEASE_SETTLE),
-            Ok(()) => {}
+            Ok(()) => wait_for_a_pass(&self.workers),
             Err(e) => {
                 tracing::warn!(error = %e, "giving flowlane's ports back to the kernel at the stop")
             }
         }
         stop_workers(&self.stop, &mut self.workers);
+    }
+}
+
+/// Waits until each running worker has made a whole pass that began
+/// after the call (and after [`RELEASE_SETTLE`], for the frames the
+/// steering program redirected with what it read before the release to
+/// land on the rings), at most [`RELEASE_WAIT`].
+fn wait_for_a_pass(workers: &[WorkerHandle]) {
+    let running = |w: &WorkerHandle| w.thread.as_ref().is_some_and(|t| !t.is_finished());
+    if !workers.iter().any(running) {
+        return;
+    }
+    std::thread::sleep(RELEASE_SETTLE);
+    // A pass counted `n` may have begun before the settle's end: `n + 1`
+    // began after it, and is whole once `n + 2` begins.
+    let marks: Vec<u64> = workers
+        .iter()
+        .map(|w| w.passes.load(Ordering::Acquire) + 2)
+        .collect();
+    let deadline = Instant::now() + RELEASE_WAIT;
+    while workers
+        .iter()
+        .zip(&marks)
+        .any(|(w, &m)| running(w) && w.passes.load(Ordering::Acquire) < m)
+    {
+        if Instant::now() >= deadline {
+            tracing::warn!(
+                waited_ms = RELEASE_WAIT.as_millis() as u64,
+                "a worker made no pass since the ports were given back; the SYNs on its ring \
+                 go unanswered"
+            );
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
@@ -939,10 +981,14 @@ fn panicked(payload: &(dyn std::any::Any + Send)) -> String {
     )
 }
 
-/// How long a stop waits, once the ports are the kernel's again, for the
-/// workers to answer what their RX rings already hold (an idle worker's
-/// poll wakes on a frame; a busy one's pass is far shorter).
-const RELEASE_SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+/// How long a stop waits, once the ports are the kernel's again, before
+/// it counts the workers' passes: the steering program's runs that read
+/// the ports before the release end within their softirq, far shorter.
+const RELEASE_SETTLE: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// The longest a stop waits for a worker's pass after the release (a
+/// worker that makes none is stuck; the stop goes on without it).
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Tells the workers to stop and waits for each.
 fn stop_workers(stop: &AtomicBool, workers: &mut [WorkerHandle]) {

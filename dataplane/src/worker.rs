@@ -35,7 +35,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -767,6 +767,9 @@ pub(crate) struct Control {
     /// Set by the worker when its loop panicked: the queue failed closed
     /// ([`QueueHandler::fail_closed`]), or the worker ended.
     pub(crate) panicked: Arc<AtomicBool>,
+    /// Set by the worker as each pass of its loop begins: how many began
+    /// (a stop waits for a pass begun after it gave the ports back).
+    pub(crate) passes: Arc<AtomicU64>,
 }
 
 /// Whether a socket error means the socket is dead: the kernel unbound it
@@ -824,6 +827,7 @@ pub(crate) fn run<H: QueueHandler>(
     let mut serve = |handler: &mut H| {
         while !ctl.stop.load(Ordering::Relaxed) {
             iterations += 1;
+            ctl.passes.store(iterations, Ordering::Release);
             let now = epoch.elapsed();
             // RX: up to the handler's budget of frames before its poll, so that
             // a connection's segments of one pass are acknowledged together;
@@ -1019,8 +1023,11 @@ pub(crate) fn run_spill<H: QueueHandler>(
     ready();
     let c = &*counters;
     let mut idle_rounds: u32 = 0;
+    let mut passes: u64 = 0;
     let mut serve = |handler: &mut H| {
         while !ctl.stop.load(Ordering::Relaxed) {
+            passes += 1;
+            ctl.passes.store(passes, Ordering::Release);
             let now = epoch.elapsed();
             let pass = handler.on_spill_poll(&info, now);
             // No socket of its own: the queue counters (rx, tx) count a
@@ -1927,6 +1934,7 @@ mod tests {
             stop: Arc::default(),
             failed: Arc::default(),
             panicked: Arc::default(),
+            passes: Arc::default(),
         };
         let (passes, closed) = (Arc::default(), Arc::default());
         let h = Panicky {
@@ -1993,6 +2001,7 @@ mod tests {
             stop: Arc::default(),
             failed: Arc::default(),
             panicked: Arc::default(),
+            passes: Arc::default(),
         };
         let h = Panicky {
             passes: Arc::default(),
