@@ -51,11 +51,12 @@ suite_counts() {
   ' "$1"
 }
 
-# add_suite NAME RC LOG: adds one suite's counts to the totals and its line
-# to the summary. RC is the exit status of what ran it ("-" when one command
-# ran several suites: a failure is then known only from the counts).
+# add_suite NAME RC LOG SECS: adds one suite's counts to the totals and its
+# line, with the seconds it took, to the summary. RC is the exit status of
+# what ran it ("-" when one command ran several suites: a failure is then
+# known only from the counts).
 add_suite() {
-  local name=$1 rc=$2 log=$3 passed failed ignored bad
+  local name=$1 rc=$2 log=$3 secs=$4 passed failed ignored bad
   read -r passed failed ignored bad <<<"$(suite_counts "$log")"
   total_passed=$((total_passed + passed))
   total_failed=$((total_failed + failed))
@@ -71,32 +72,41 @@ add_suite() {
       [ "$failed" -ne 0 ] || total_failed=$((total_failed + 1))
     fi
   fi
-  summary+=("$(printf '  %-34s %-6s %5d passed, %d failed, %d ignored' "$name" "$status" "$passed" "$failed" "$ignored")")
+  summary+=("$(printf '  %-34s %-6s %5d passed, %d failed, %d ignored %6ss' "$name" "$status" "$passed" "$failed" "$ignored" "$secs")")
+}
+
+# since T: seconds from T (a `date +%s.%N`) to now, one decimal.
+since() {
+  echo "$1 $(date +%s.%N)" | awk '{printf "%.1f", $2 - $1}'
 }
 
 # run_suite NAME CMD...: runs one suite, output shown and kept.
 run_suite() {
-  local name=$1 log rc=0
+  local name=$1 log rc=0 t0
   shift
   log="$logs/$(echo "$name" | tr -c 'A-Za-z0-9_.-' _).log"
   echo
   echo "== suite $name ($*)"
+  t0=$(date +%s.%N)
   "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
-  add_suite "$name" "$rc" "$log"
+  add_suite "$name" "$rc" "$log" "$(since "$t0")"
 }
 
 # run_check NAME CMD...: one check that has no test counts (formatting,
 # lints, docs, the build): a failure is a failed suite in the summary, and
 # the run goes on.
 run_check() {
-  local name=$1 rc=0
+  local name=$1 rc=0 t0
   shift
   echo "== $name"
+  t0=$(date +%s.%N)
   "$@" || rc=$?
+  local secs
+  secs=$(since "$t0")
   if [ "$rc" -eq 0 ]; then
-    summary+=("$(printf '  %-34s %-6s (a check: no tests)' "$name" ok)")
+    summary+=("$(printf '  %-34s %-6s (a check: no tests) %17ss' "$name" ok "$secs")")
   else
-    summary+=("$(printf '  %-34s %-6s (a check: exit status %d)' "$name" FAILED "$rc")")
+    summary+=("$(printf '  %-34s %-6s (a check: exit status %d) %10ss' "$name" FAILED "$rc" "$secs")")
     failures+=("$name: exit status $rc (see its output above)")
     total_failed=$((total_failed + 1))
   fi
@@ -126,8 +136,10 @@ run_suite "setup.sh toolchain logic" bash scripts/setup-test.sh
 echo
 echo "== cargo test --workspace --no-run (every test binary, built once)"
 build_rc=0
+t0=$(date +%s.%N)
 cargo test --workspace --no-run -q --message-format=json-render-diagnostics \
   >"$logs/test-build.json" || build_rc=$?
+build_secs=$(since "$t0")
 # Which crate each test binary belongs to (cargo prints its path relative to
 # the workspace root in its "Running" line), so that each crate's binaries
 # are a suite with its own header and counts.
@@ -143,33 +155,47 @@ ws_rc=0
 # Test beds are uniquely named per test; two threads keep the 2-vCPU machine
 # responsive for the kernel peers. Cargo runs the binaries crate by crate
 # (sorted by name), doc tests last.
+# mawk (Debian's awk) reads a pipe in blocks: told to read it line by line,
+# the output shows as it comes and each suite's start is timed when it starts.
+live_awk=(awk)
+if awk -W version 2>&1 | grep -q mawk; then
+  live_awk=(awk -W interactive)
+fi
 cargo test --workspace --no-fail-fast -- --test-threads=2 2>&1 |
-  awk -v map="$logs/test-bins.tsv" -v dir="$logs" '
+  "${live_awk[@]}" -v map="$logs/test-bins.tsv" -v dir="$logs" '
     BEGIN { FS = "\t"; while ((getline l < map) > 0) { split(l, a, "\t"); crate[a[1]] = a[2] }; FS = " " }
     /^ *Running / { s = $0; sub(/.*\(/, "", s); sub(/\).*/, "", s); c = (s in crate) ? crate[s] : "(unknown crate)" }
     /^ *Doc-tests / { c = "doc tests (every crate)" }
+    function now(  t) { "date +%s.%N" | getline t; close("date +%s.%N"); return t }
     /^ *(Running|Doc-tests) / && c != cur {
       cur = c; out = dir "/ws-" (++n) ".log"
-      print cur "\t" out > (dir "/ws-suites.tsv")
+      # Each suite with the time it began; the end of the run follows them.
+      print cur "\t" out "\t" now() > (dir "/ws-suites.tsv")
       printf "\n== suite %s (cargo test --workspace)\n", cur
     }
     { print; fflush(); if (out != "") print > out }
+    END { print now() > (dir "/ws-end") }
   ' || ws_rc=${PIPESTATUS[0]}
 ws_rc=$((build_rc | ws_rc))
 failed_before_ws=$total_failed
 ws_counted=0
 if [ -f "$logs/ws-suites.tsv" ]; then
-  while IFS=$'\t' read -r name log; do
-    add_suite "$name" - "$log"
+  # A suite's seconds: from its start to the next one's (the last: to the
+  # run's end).
+  while IFS=$'\t' read -r name log secs; do
+    add_suite "$name" - "$log" "$secs"
     ws_counted=$((ws_counted + 1))
-  done <"$logs/ws-suites.tsv"
+  done < <(awk -F'\t' -v end="$(cat "$logs/ws-end" 2>/dev/null || date +%s.%N)" '
+    { name[NR] = $1; log_[NR] = $2; t[NR] = $3 }
+    END { for (i = 1; i <= NR; i++) printf "%s\t%s\t%.1f\n", name[i], log_[i], ((i < NR) ? t[i + 1] : end) - t[i] }
+  ' "$logs/ws-suites.tsv")
 fi
 if [ "$ws_rc" -ne 0 ] && [ "$total_failed" -eq "$failed_before_ws" ]; then
   # Nothing failed by name: the build failed or a binary crashed.
   echo "cargo test --workspace: exit status $ws_rc" >"$logs/ws-status.log"
-  add_suite "cargo test --workspace" "$ws_rc" "$logs/ws-status.log"
+  add_suite "cargo test --workspace" "$ws_rc" "$logs/ws-status.log" -
 fi
-echo "($ws_counted crates' suites from the workspace run)"
+echo "($ws_counted crates' suites from the workspace run; their test binaries built in ${build_secs}s)"
 
 # ARP/ICMP/NDP are optional features of the codec: the workspace turns them
 # on (the data path and the fuzz targets use them); without them it must
