@@ -212,8 +212,8 @@ fn connects_while_a_service_stops_are_all_answered() {
     let port = (PORT + 2).to_string();
     let own = ["--control-socket", "none", "--daemon-socket", "none"];
     let args = [&["http-server", "--port", &port][..], &own].concat();
-    let (how, _) = stop_under(&bed, &args, CONNECTORS, &["10.99.0.1", &port, "8", "1.5"]);
-    assert_eq!(how["timeout"], 0, "connects left unanswered: {how}");
+    let (how, t) = stop_under(&bed, &args, CONNECTORS, &["10.99.0.1", &port, "8", "1.5"]);
+    assert_eq!(how["timeout"], 0, "connects left unanswered: {how}; the service: {t}");
     assert!(how["refused"].as_u64().unwrap() > 0, "{how}");
 }
 
