@@ -131,4 +131,4 @@ pub use flowlane_tcp::{
 pub use handler::{AtStop, ConnHandler, ConnState};
 pub use handles::{seen_state, Handles};
 pub use net::{Net, Placement, Wake};
-pub use setup::{Setup, SetupExt};
+pub use setup::{IntoSetupResult, Setup, SetupError, SetupExt};

@@ -19,6 +19,23 @@ pub struct Placement {
     pub node: u32,
 }
 
+impl Placement {
+    /// Queue (core) `queue`, on no CPU in particular (not pinned), on node
+    /// 0: where a program that does not place its cores runs them.
+    pub const fn unpinned(queue: u32) -> Placement {
+        Placement {
+            queue,
+            cpu: None,
+            node: 0,
+        }
+    }
+
+    /// Cores `0..cores`, [`Placement::unpinned`].
+    pub fn unpinned_cores(cores: u32) -> Vec<Placement> {
+        (0..cores).map(Placement::unpinned).collect()
+    }
+}
+
 /// Bytes of the scratch [`Net::echo`] uses when it is given an empty one.
 const ECHO_SCRATCH: usize = 4096;
 

@@ -65,9 +65,7 @@
 //! // Needs root (AF_XDP sockets, the XDP program).
 //! let mut config = TcpServiceConfig::new("xsk0");
 //! config.listen = vec![7];
-//! let service = TcpService::start(config, |h| {
-//!     h.listen(7, Echo { scratch: vec![0; 16384] }).map(drop)
-//! })?;
+//! let service = TcpService::start(config, |h| h.listen(7, Echo { scratch: vec![0; 16384] }))?;
 //! // Serve until a queue fails (its handler panicked: the queue resets its
 //! // connections) or what the data path attached to goes away.
 //! while let Ok(()) = service.dataplane().check() {

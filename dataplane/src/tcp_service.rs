@@ -10,6 +10,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use flowlane_app::{IntoSetupResult, Setup, SetupError};
 use flowlane_ebpf::steer::Proto;
 use flowlane_numa_sched::RssState;
 
@@ -207,7 +208,9 @@ pub struct TcpService {
 impl TcpService {
     /// Starts the service: `setup` runs once per queue, on that queue's core,
     /// with the queue's fresh [`TcpHandler`] to register listeners and
-    /// handlers on. Needs root (AF_XDP sockets, the XDP program). The
+    /// handlers on: the same set-up as every backend's
+    /// ([`IntoSetupResult`]: it returns nothing, what it registered, or a
+    /// `Result` whose error converts). Needs root (AF_XDP sockets, the XDP program). The
     /// ports the handlers listen on are claimed for flowlane (held against
     /// the kernel's use and steered), those of
     /// [`TcpServiceConfig::listen`] first.
@@ -221,10 +224,10 @@ impl TcpService {
     /// without [`TcpServiceConfig::rss`]); a port a kernel socket uses; a
     /// queue's `setup` that failed or panicked; the data path's own
     /// ([`Dataplane::start`]).
-    pub fn start<S, E>(config: TcpServiceConfig, setup: S) -> Result<TcpService>
+    pub fn start<S, R>(config: TcpServiceConfig, setup: S) -> Result<TcpService>
     where
-        S: Fn(&mut TcpHandler) -> std::result::Result<(), E> + Send + Sync + 'static,
-        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+        S: Fn(&mut dyn Setup) -> R + Send + Sync + 'static,
+        R: IntoSetupResult,
     {
         let (info, queues) = config.interface()?;
         // The NIC's own table (before software spill makes a table of the
@@ -387,7 +390,7 @@ impl TcpService {
             if !spill_carriers.is_empty() {
                 h.set_nic_queues(queues);
             }
-            setup(&mut h)?;
+            setup(&mut h).into_setup_result()?;
             reg.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(QueueTcp {
@@ -396,7 +399,7 @@ impl TcpService {
                     buckets: h.bucket_counters(),
                     listening: h.listening(),
                 });
-            Ok::<_, E>(h)
+            Ok::<_, SetupError>(h)
         })?;
         // Every worker ran its setup before `start` returned.
         let mut counters = std::mem::take(&mut *registry.lock().unwrap_or_else(|e| e.into_inner()));
@@ -1184,7 +1187,7 @@ mod tests {
         config.sysfs = root.clone();
         config.active = true;
         let start = |c: &TcpServiceConfig| {
-            TcpService::start(c.clone(), |_| Ok::<(), String>(()))
+            TcpService::start(c.clone(), |_| ())
                 .unwrap_err()
                 .to_string()
         };

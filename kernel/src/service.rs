@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flowlane_app::{Placement, Setup, Stats};
+use flowlane_app::{IntoSetupResult, Placement, Setup, Stats};
 
 use crate::core::{KernelCore, Limits};
 use crate::listener::{pin_to, Claims};
@@ -16,7 +16,8 @@ use crate::listener::{pin_to, Claims};
 /// How often a core publishes its counters.
 const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 
-/// What to start.
+/// What to start: [`KernelConfig::new`] for the usual service (its
+/// fields are public, to change any of them).
 #[derive(Debug, Clone)]
 pub struct KernelConfig {
     /// One core per entry: its index, CPU (pinned when given) and node;
@@ -28,6 +29,40 @@ pub struct KernelConfig {
     pub listen_on: Vec<IpAddr>,
     /// Buffer sizes and the connection bound, per core.
     pub limits: Limits,
+}
+
+impl KernelConfig {
+    /// `cores` cores (0 to `cores - 1`), not pinned
+    /// ([`Placement::unpinned_cores`]), listening on every address of
+    /// both families ([`KernelConfig::any_address`]), with the default
+    /// [`Limits`]. Pin them by giving `cores` placements of your own (a
+    /// CPU each): `KernelConfig { cores, ..KernelConfig::default() }`.
+    pub fn new(cores: u32) -> KernelConfig {
+        KernelConfig {
+            cores: Placement::unpinned_cores(cores),
+            listen_on: KernelConfig::any_address(),
+            limits: Limits::default(),
+        }
+    }
+
+    /// Every address: IPv4's `0.0.0.0`, and IPv6's `::` where the host
+    /// has IPv6 (a socket can be bound to it; a listener on `::` takes
+    /// IPv6 only, its IPv4 twin the rest).
+    pub fn any_address() -> Vec<IpAddr> {
+        let any6 = IpAddr::from([0u16; 8]);
+        let mut v = vec![IpAddr::from([0u8; 4])];
+        if std::net::TcpListener::bind((any6, 0)).is_ok() {
+            v.push(any6);
+        }
+        v
+    }
+}
+
+impl Default for KernelConfig {
+    /// One core: [`KernelConfig::new`]`(1)`.
+    fn default() -> KernelConfig {
+        KernelConfig::new(1)
+    }
 }
 
 /// A core's counters as last published.
@@ -117,9 +152,47 @@ impl KernelService {
     /// and what to do ([`KernelCore::listen_failure`]); so is a listen with
     /// no address to bind ([`KernelConfig::listen_on`] empty). A service
     /// without cores, which would serve nothing, is refused.
-    pub fn start<S>(config: KernelConfig, setup: S) -> Result<KernelService, String>
+    ///
+    /// `setup` is the same on every backend: it returns nothing, what it
+    /// registered, or a `Result` whose error converts to a
+    /// [`flowlane_app::SetupError`] ([`IntoSetupResult`]). An echo server
+    /// on two cores of loopback:
+    ///
+    /// ```
+    /// use std::io::{BufRead, BufReader, Write};
+    /// use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
+    /// use flowlane_kernel::{KernelConfig, KernelService};
+    ///
+    /// /// Echoes every byte back, closing once the peer has closed.
+    /// struct Echo;
+    /// impl ConnHandler for Echo {
+    ///     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+    ///         net.echo(conn, &mut Vec::new());
+    ///     }
+    ///     fn on_writable(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+    ///         net.echo(conn, &mut Vec::new());
+    ///     }
+    /// }
+    ///
+    /// let port = 47_401;
+    /// let config = KernelConfig {
+    ///     listen_on: vec![[127, 0, 0, 1].into()],
+    ///     ..KernelConfig::new(2)
+    /// };
+    /// let service = KernelService::start(config, move |s| s.listen(port, Echo))?;
+    /// let mut peer = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    /// peer.write_all(b"hello\n")?;
+    /// let mut line = String::new();
+    /// BufReader::new(&peer).read_line(&mut line)?;
+    /// assert_eq!(line, "hello\n");
+    /// let (_counters, failed) = service.stop();
+    /// assert_eq!(failed, None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn start<S, R>(config: KernelConfig, setup: S) -> Result<KernelService, String>
     where
-        S: Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync + 'static,
+        S: Fn(&mut dyn Setup) -> R + Send + Sync + 'static,
+        R: IntoSetupResult,
     {
         if config.cores.is_empty() {
             return Err(
@@ -161,8 +234,10 @@ impl KernelService {
                             .map_err(|e| format!("queue {}: {e}", p.queue))?;
                         // A listen that failed says its port and what
                         // holds it, rather than the set-up's "address in use".
-                        setup(&mut core)
-                            .map_err(|e| core.listen_failure().map_or(e, str::to_owned))?;
+                        setup(&mut core).into_setup_result().map_err(|e| {
+                            core.listen_failure()
+                                .map_or_else(|| e.to_string(), str::to_owned)
+                        })?;
                         Ok(core)
                     };
                     // A set-up that panics is this core's set-up error;
@@ -377,7 +452,7 @@ mod tests {
             listen_on,
             limits: Limits::default(),
         };
-        let listen = |s: &mut dyn Setup| s.listen(7, Nop).map(drop).map_err(|e| e.to_string());
+        let listen = |s: &mut dyn Setup| s.listen(7, Nop);
         let loopback = IpAddr::from([127, 0, 0, 1]);
         let e = KernelService::start(config(vec![], vec![loopback]), listen).unwrap_err();
         assert!(e.contains("KernelConfig::cores is empty"), "{e}");
@@ -386,8 +461,37 @@ mod tests {
             e.contains("port 7") && e.contains("KernelConfig::listen_on is empty"),
             "{e}"
         );
-        let opens_only = KernelService::start(config(vec![core], vec![]), |_| Ok(())).unwrap();
+        let opens_only = KernelService::start(config(vec![core], vec![]), |_| ()).unwrap();
         assert_eq!(opens_only.stop().1, None);
+    }
+
+    /// The usual service's configuration: its cores unpinned, every
+    /// address of the host's families, the default limits.
+    #[test]
+    fn a_config_s_defaults_are_the_usual_service_s() {
+        let c = KernelConfig::new(3);
+        assert_eq!(
+            c.cores,
+            [0, 1, 2].map(|queue| Placement {
+                queue,
+                cpu: None,
+                node: 0
+            })
+        );
+        assert_eq!(c.listen_on[0], IpAddr::from([0, 0, 0, 0]));
+        let v6 = std::net::TcpListener::bind("[::]:0").is_ok();
+        let any6 = IpAddr::from([0u16; 8]);
+        assert_eq!(c.listen_on[1..], if v6 { vec![any6] } else { vec![] });
+        let d = Limits::default();
+        assert_eq!(
+            (
+                c.limits.rx_buffer,
+                c.limits.tx_buffer,
+                c.limits.max_connections
+            ),
+            (d.rx_buffer, d.tx_buffer, d.max_connections)
+        );
+        assert_eq!(KernelConfig::default().cores, [Placement::unpinned(0)]);
     }
 
     /// At the stop, closes each connection [`LATER`] after it began (a
@@ -437,13 +541,8 @@ mod tests {
             let accepted = Arc::new(AtomicUsize::new(0));
             let a = accepted.clone();
             let config = KernelConfig {
-                cores: vec![Placement {
-                    queue: 0,
-                    cpu: None,
-                    node: 0,
-                }],
                 listen_on: vec![IpAddr::from([127, 0, 0, 1])],
-                limits: Limits::default(),
+                ..KernelConfig::new(1)
             };
             let service = KernelService::start(config, move |s: &mut dyn Setup| {
                 let h = CloseLater {
@@ -451,7 +550,7 @@ mod tests {
                     accepted: a.clone(),
                     stopped: Vec::new(),
                 };
-                s.listen(port, h).map(drop).map_err(|e| e.to_string())
+                s.listen(port, h)
             })
             .unwrap();
             let mut peer = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();

@@ -32,4 +32,7 @@ mod service;
 
 pub use app_thread::AppPort;
 pub use memory::RelayMemory;
-pub use service::{app_thread_name, CoreSetupError, QueuePairConfig, QueuePairs, MAX_APP_THREADS};
+pub use service::{
+    app_thread_name, pin_to, CoreSetupError, QueuePairConfig, QueuePairs, MAX_APP_THREADS,
+    STALL_AFTER,
+};

@@ -1413,7 +1413,7 @@ mod tests {
                 pin: |_| Ok(()),
                 stall_after: Duration::from_secs(10),
             },
-            |_| Ok(()),
+            |_| (),
         )
         .unwrap();
         let mut second = KeptHandler::new(1);

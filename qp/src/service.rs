@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flowlane_app::{Dispatcher, Error, Placement, Setup, SynFilter};
+use flowlane_app::{Dispatcher, Error, IntoSetupResult, Placement, Setup, SynFilter};
 
 use crate::app_net::{CoreLink, QpNet};
 use crate::app_thread::{AppPort, AppThread};
@@ -47,7 +47,23 @@ impl Drop for AliveGuard {
     }
 }
 
-/// What to start.
+/// How long an application thread may go without progress before it is
+/// stalled ([`QueuePairConfig::stall_after`]) in [`QueuePairConfig::new`]:
+/// the services' figure.
+pub const STALL_AFTER: Duration = Duration::from_secs(10);
+
+/// Pins the calling thread to `cpu` (`sched_setaffinity(2)`): what
+/// [`QueuePairConfig::new`] pins application threads with, whatever the
+/// backend.
+pub fn pin_to(cpu: u32) -> std::io::Result<()> {
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu as usize)?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)?;
+    Ok(())
+}
+
+/// What to start: [`QueuePairConfig::new`] for the usual service (its
+/// fields are public, to change any of them).
 #[derive(Debug, Clone)]
 pub struct QueuePairConfig {
     /// The network cores (their index is the backend's queue).
@@ -63,6 +79,40 @@ pub struct QueuePairConfig {
     /// least) for the threads to end, and leaves running those that did
     /// not.
     pub stall_after: Duration,
+}
+
+impl QueuePairConfig {
+    /// Queue-pair mode over the backend's `cores` (the placements its own
+    /// configuration gives them: `KernelConfig::cores`, or where the AF_XDP
+    /// workers run): one application thread per core, on the core's node,
+    /// not pinned; threads pinned with [`pin_to`] once given a CPU;
+    /// stalled after [`STALL_AFTER`].
+    pub fn new(cores: &[Placement]) -> QueuePairConfig {
+        QueuePairConfig {
+            cores: cores.to_vec(),
+            app_threads: Vec::new(),
+            pin: pin_to,
+            stall_after: STALL_AFTER,
+        }
+        .with_app_threads(cores.len() as u32)
+    }
+
+    /// `threads` application threads (0 to `threads - 1`), not pinned,
+    /// each on the node of the core of its index (modulo the cores: the
+    /// node of the cores it will serve, where the cores of a node are as
+    /// many as its threads).
+    pub fn with_app_threads(mut self, threads: u32) -> QueuePairConfig {
+        self.app_threads = (0..threads)
+            .map(|t| Placement {
+                node: self
+                    .cores
+                    .get(t as usize % self.cores.len().max(1))
+                    .map_or(0, |c| c.node),
+                ..Placement::unpinned(t)
+            })
+            .collect();
+        self
+    }
 }
 
 /// Why [`QueuePairs::setup_core`] refused a network core; as the
@@ -191,10 +241,38 @@ impl QueuePairs {
     /// handlers on each (its listeners become the cores' ports). Every
     /// thread must register the same ports. Start the network backend
     /// next, calling [`QueuePairs::setup_core`] in its per-core set-up.
-    pub fn start<S>(config: QueuePairConfig, setup: S) -> Result<QueuePairs, String>
+    ///
+    /// `setup` is the one a service gives every backend
+    /// ([`IntoSetupResult`]): the same closure runs its handlers on the
+    /// network cores (run to completion) or here. The network cores'
+    /// set-up is `|core| queue_pairs.setup_core(core)`, whatever the
+    /// backend:
+    ///
+    /// ```
+    /// use flowlane_app::{ConnHandle, ConnHandler, Net, Placement, SetupExt};
+    /// use flowlane_qp::{QueuePairConfig, QueuePairs};
+    ///
+    /// struct Discard;
+    /// impl ConnHandler for Discard {
+    ///     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+    ///         net.discard(conn);
+    ///     }
+    /// }
+    ///
+    /// let cores = Placement::unpinned_cores(2);
+    /// let qp = QueuePairs::start(QueuePairConfig::new(&cores), |s| s.listen(9, Discard))?;
+    /// // Here the backend starts, each core calling `qp.setup_core(core)`;
+    /// // it stops first, then the application threads.
+    /// assert_eq!(qp.stop(), None);
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn start<S, R>(config: QueuePairConfig, setup: S) -> Result<QueuePairs, String>
     where
-        S: Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync + 'static,
+        S: Fn(&mut dyn Setup) -> R + Send + Sync + 'static,
+        R: IntoSetupResult,
     {
+        let setup =
+            move |s: &mut dyn Setup| setup(s).into_setup_result().map_err(|e| e.to_string());
         QueuePairs::start_with(config, setup, |port, ()| port.run())
     }
 
@@ -652,6 +730,49 @@ mod tests {
         assert_eq!(qp.stop(), None, "nothing left to stop");
     }
 
+    /// The usual configuration: a thread per core on the core's node, not
+    /// pinned, the pin and stall limit the services use.
+    #[test]
+    fn a_config_s_defaults_are_the_usual_service_s() {
+        let cores: Vec<Placement> = (0..4)
+            .map(|queue| Placement {
+                queue,
+                cpu: Some(10 + queue),
+                node: queue / 2,
+            })
+            .collect();
+        let c = QueuePairConfig::new(&cores);
+        assert_eq!(c.cores, cores);
+        let threads: Vec<(u32, Option<u32>, u32)> = c
+            .app_threads
+            .iter()
+            .map(|p| (p.queue, p.cpu, p.node))
+            .collect();
+        assert_eq!(
+            threads,
+            [(0, None, 0), (1, None, 0), (2, None, 1), (3, None, 1)]
+        );
+        assert_eq!(c.stall_after, Duration::from_secs(10));
+        let one = QueuePairConfig::new(&cores).with_app_threads(1).app_threads;
+        assert_eq!(one, [Placement::unpinned(0)]);
+        // The pin pins (the services' `pin_to`): to a CPU this thread may
+        // run on, on a thread of its own.
+        let cpu = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+        let cpu = (0..nix::sched::CpuSet::count())
+            .find(|&c| cpu.is_set(c).unwrap_or(false))
+            .unwrap() as u32;
+        let pin = c.pin;
+        let pinned = std::thread::spawn(move || {
+            pin(cpu).unwrap();
+            nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap()
+        });
+        let set = pinned.join().unwrap();
+        let on: Vec<usize> = (0..nix::sched::CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect();
+        assert_eq!(on, [cpu as usize]);
+    }
+
     /// Each application thread has a name of its own within the 15 bytes
     /// Linux keeps, and its id is known (its CPU time is read by it, once
     /// per thread); more threads than such names are refused.
@@ -664,9 +785,9 @@ mod tests {
             stall_after: Duration::from_secs(1),
         };
         let too_many = MAX_APP_THREADS as u32 + 1;
-        let e = QueuePairs::start(config(too_many), |_| Ok(())).unwrap_err();
+        let e = QueuePairs::start(config(too_many), |_| ()).unwrap_err();
         assert!(e.contains(&format!("at most {MAX_APP_THREADS}")), "{e}");
-        let qp = QueuePairs::start(config(3), |_| Ok(())).unwrap();
+        let qp = QueuePairs::start(config(3), |_| ()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while qp.app_thread_tids().contains(&None) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));

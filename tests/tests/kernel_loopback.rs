@@ -33,8 +33,7 @@ fn one_core_client(to: SocketAddr) -> (KernelService, mpsc::Receiver<(Vec<u8>, C
             to,
             got: Vec::new(),
             done,
-        });
-        Ok(())
+        })
     })
     .unwrap();
     (service, rx)
@@ -218,7 +217,6 @@ fn a_set_up_that_panics_on_one_of_two_cores_is_a_set_up_error() {
             if core.queue() == 1 {
                 panic!("a set-up bug on core 1");
             }
-            Ok(())
         });
         let _ = tx.send(r.map(drop));
     });

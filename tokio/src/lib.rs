@@ -60,6 +60,6 @@ mod stream;
 pub use bridge::{Counters, LINGER};
 pub use connector::Connector;
 pub use listener::TcpListener;
-pub use runtime::{start, AsyncConfig, Local};
+pub use runtime::{start, AsyncConfig, Local, BACKLOG};
 pub use stop::StopSignal;
 pub use stream::TcpStream;

@@ -21,7 +21,8 @@ use crate::listener::{AcceptQueue, TcpListener};
 use crate::pipe::{NotifyWake, StallWake, ThreadShared};
 use crate::stop::StopSignal;
 
-/// What to start.
+/// What to start: [`AsyncConfig::new`] for the usual service (its fields
+/// are public, to change any of them).
 #[derive(Clone)]
 pub struct AsyncConfig {
     /// The network cores and application threads (see
@@ -40,6 +41,24 @@ pub struct AsyncConfig {
     /// ([`flowlane_app::ConnHandler::syn_filter`]). SYNs for a thread
     /// whose listener was dropped are refused alike, whatever it says.
     pub syn_filter: Option<flowlane_app::SynFilter>,
+}
+
+/// [`AsyncConfig::backlog`] in [`AsyncConfig::new`]: the backlog tokio's
+/// own `TcpListener::bind` asks `listen(2)` for.
+pub const BACKLOG: usize = 1024;
+
+impl AsyncConfig {
+    /// Listeners on `ports` on every application thread of `queue_pairs`
+    /// ([`QueuePairConfig::new`] for the usual one), each holding up to
+    /// [`BACKLOG`] connections not accepted yet, every SYN taken.
+    pub fn new(queue_pairs: QueuePairConfig, ports: impl Into<Vec<u16>>) -> AsyncConfig {
+        AsyncConfig {
+            queue_pairs,
+            ports: ports.into(),
+            backlog: BACKLOG,
+            syn_filter: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for AsyncConfig {
@@ -316,5 +335,17 @@ mod tests {
         }
         // Three passes took the backlog; the loop then waits on `notify`.
         assert_eq!(port.passes, 3);
+    }
+
+    /// The usual configuration: the ports given, a backlog of 1024, no
+    /// SYN filter.
+    #[test]
+    fn a_config_s_defaults_are_the_usual_service_s() {
+        let cores = Placement::unpinned_cores(2);
+        let c = AsyncConfig::new(QueuePairConfig::new(&cores), [80, 443]);
+        assert_eq!(c.ports, [80, 443]);
+        assert_eq!(c.backlog, 1024);
+        assert!(c.syn_filter.is_none());
+        assert_eq!(c.queue_pairs.app_threads.len(), 2);
     }
 }
