@@ -12,14 +12,13 @@
 //! needed); a service on AF_XDP starts `flowlane_dataplane::TcpService`
 //! in their place, calling `QueuePairs::setup_core` the same way.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use flowlane_app::Placement;
-use flowlane_kernel::{KernelConfig, KernelService, Limits};
+use flowlane_kernel::{KernelConfig, KernelService};
 use flowlane_qp::QueuePairConfig;
 use flowlane_tokio::AsyncConfig;
 use http_body_util::{BodyExt, Full};
@@ -86,22 +85,8 @@ fn main() {
     }
     // One network core and one application thread, which runs a
     // current-thread tokio runtime and this function in it.
-    let cores = vec![Placement {
-        queue: 0,
-        cpu: None,
-        node: 0,
-    }];
-    let config = AsyncConfig {
-        queue_pairs: QueuePairConfig {
-            cores: cores.clone(),
-            app_threads: cores.clone(),
-            pin: flowlane_kernel::pin_to,
-            stall_after: Duration::from_secs(10),
-        },
-        ports: vec![port],
-        backlog: 1024,
-        syn_filter: None,
-    };
+    let kernel = KernelConfig::new(1);
+    let config = AsyncConfig::new(QueuePairConfig::new(&kernel.cores), [port]);
     let (queue_pairs, _counters) = flowlane_tokio::start(config, move |mut local| async move {
         let listener = local.listener(port).expect("a configured port");
         while let Ok((stream, _peer)) = listener.accept().await {
@@ -113,15 +98,8 @@ fn main() {
     // application threads and listens on their ports.
     let queue_pairs = Arc::new(queue_pairs);
     let relays = queue_pairs.clone();
-    let config = KernelConfig {
-        cores,
-        listen_on: vec![Ipv4Addr::UNSPECIFIED.into(), Ipv6Addr::UNSPECIFIED.into()],
-        limits: Limits::default(),
-    };
-    let service = KernelService::start(config, move |core| {
-        relays.setup_core(core).map_err(|e| e.to_string())
-    })
-    .unwrap_or_else(|e| exit(&e));
+    let service = KernelService::start(kernel, move |core| relays.setup_core(core))
+        .unwrap_or_else(|e| exit(&e));
     wait(&stop);
     // The cores first (their drain), then the application threads.
     let (_, error) = service.stop();

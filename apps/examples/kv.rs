@@ -14,13 +14,12 @@
 //! in several pieces (`Net::peek` shows one): the handler gathers it.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, Placement, Setup, SetupExt};
-use flowlane_kernel::{KernelConfig, KernelService, Limits};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, IntoSetupResult, Net, Setup, SetupExt};
+use flowlane_kernel::{KernelConfig, KernelService};
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 
 /// Longest line taken; a longer one resets the connection.
@@ -170,39 +169,20 @@ fn main() {
             _ => exit("usage: kv [--port 7070] [--cores 1] [--queue-pair]"),
         }
     }
-    let cores: Vec<Placement> = (0..cores.max(1))
-        .map(|queue| Placement {
-            queue,
-            cpu: None,
-            node: 0,
-        })
-        .collect();
-    let listen = move |s: &mut dyn Setup| s.listen(port, Kv::default()).map(drop);
+    // The cores: kernel-socket loops, unpinned, on every address.
+    let kernel = KernelConfig::new(cores.max(1));
+    // The service's set-up, the same whichever runs the handlers.
+    let listen = move |s: &mut dyn Setup| s.listen(port, Kv::default());
     // Queue-pair mode: the handlers on one application thread; the cores
     // relay their connections to it.
     let qp = queue_pair.then(|| {
-        let config = QueuePairConfig {
-            cores: cores.clone(),
-            app_threads: vec![cores[0]],
-            pin: flowlane_kernel::pin_to,
-            stall_after: Duration::from_secs(10),
-        };
-        let qp = QueuePairs::start(config, move |s| listen(s).map_err(|e| e.to_string()));
-        Arc::new(qp.unwrap_or_else(|e| exit(&e)))
+        let config = QueuePairConfig::new(&kernel.cores).with_app_threads(1);
+        Arc::new(QueuePairs::start(config, listen).unwrap_or_else(|e| exit(&e)))
     });
     let on_core = qp.clone();
-    let config = KernelConfig {
-        cores,
-        listen_on: vec![
-            Ipv4Addr::UNSPECIFIED.into(),
-            IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        ],
-        limits: Limits::default(),
-    };
-    KernelService::raise_descriptor_limit();
-    let service = KernelService::start(config, move |core| match &on_core {
-        Some(qp) => qp.setup_core(core).map_err(|e| e.to_string()),
-        None => listen(core).map_err(|e| e.to_string()),
+    let service = KernelService::start(kernel, move |core| match &on_core {
+        Some(qp) => qp.setup_core(core).into_setup_result(),
+        None => listen(core).into_setup_result(),
     })
     .unwrap_or_else(|e| exit(&e));
     eprintln!("kv: serving port {port} (Ctrl-C stops)");

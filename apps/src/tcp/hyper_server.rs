@@ -19,7 +19,7 @@ use anyhow::{bail, Context as _, Result};
 use bytes::Bytes;
 use flowlane_dataplane::process_cpu_ns;
 use flowlane_dataplane::service_args::ExecMode;
-use flowlane_kernel::KernelService;
+use flowlane_kernel::{KernelConfig, KernelService};
 use flowlane_tokio::{AsyncConfig, Local, StopSignal};
 use http_body_util::Full;
 use hyper::header::{self, HeaderValue};
@@ -32,8 +32,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
 use super::{
-    cores, http_stop, idle, listen_addresses, queue_pair_config, serve_queue_pairs, serve_with,
-    AllowFrom, Common, HyperArgs, NicAccess, APPLICATION,
+    cores, http_stop, idle, queue_pair_config, serve_queue_pairs, serve_with, AllowFrom, Common,
+    HyperArgs, NicAccess, APPLICATION,
 };
 use crate::service::{write_report, ServiceSignals};
 
@@ -472,12 +472,11 @@ pub(super) fn run(a: HyperArgs, nic: NicAccess) -> Result<()> {
     let port = a.port;
     serve_with("hyper-server", c, nic, &[port], None, 0, |run| {
         let config = AsyncConfig {
-            queue_pairs: queue_pair_config(c)?,
-            ports: vec![port],
             backlog: BACKLOG,
             // Refused at their SYN, as on http-server (`Serve::allow`
             // then sees allowed peers only).
             syn_filter: serve.allow.filter(),
+            ..AsyncConfig::new(queue_pair_config(c)?, [port])
         };
         let (qp, tokio_counters) = flowlane_tokio::start(config, move |local| {
             flowlane_thread(local, port, serve.clone())
@@ -514,7 +513,8 @@ fn baseline(a: &HyperArgs, serve: Serve) -> Result<()> {
     let signals = ServiceSignals::install()?;
     // Dual stack where this namespace has IPv6 (as flowlane listens on
     // both), else IPv4.
-    let addr = SocketAddr::new(*listen_addresses().last().expect("IPv4 at least"), a.port);
+    let any = KernelConfig::any_address();
+    let addr = SocketAddr::new(*any.last().expect("IPv4 at least"), a.port);
     let listener = runtime
         .block_on(async { tokio::net::TcpListener::bind(addr).await })
         .map_err(|e| {

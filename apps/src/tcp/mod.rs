@@ -635,10 +635,6 @@ fn run_backend(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     }
 }
 
-/// How long an application thread may go without finishing a pass (a
-/// handler blocked) before the cores reset its connections.
-const STALL_AFTER: Duration = Duration::from_secs(10);
-
 /// How long a stopping AF_XDP service waits at most for its connections to
 /// finish: those its handlers end gracefully at the stop, and closes under
 /// way ([`TcpService::linger`], the drain).
@@ -696,11 +692,10 @@ fn queue_pair_config(c: &Common) -> Result<QueuePairConfig> {
             }
         })
         .collect();
+    // Pinned by `flowlane_qp::pin_to`, stalled after its `STALL_AFTER`.
     Ok(QueuePairConfig {
-        cores,
         app_threads,
-        pin: flowlane_kernel::pin_to,
-        stall_after: STALL_AFTER,
+        ..QueuePairConfig::new(&cores)
     })
 }
 
@@ -1091,7 +1086,6 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     }
     let config = KernelConfig {
         cores: placed.cores(),
-        listen_on: listen_addresses(),
         limits: Limits {
             tx_memory: c
                 .data_path
@@ -1099,6 +1093,7 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
                 .unwrap_or(Limits::default().tx_memory),
             ..Limits::default()
         },
+        ..KernelConfig::default()
     };
     let done_tx = Mutex::new(results.sender());
     let service = KernelService::start(config, move |core| {
@@ -1154,17 +1149,6 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         bail!("{e}");
     }
     r
-}
-
-/// What kernel-socket listeners bind: every IPv4 address, and every IPv6
-/// one where this namespace has IPv6 (as flowlane's TCP listens on both).
-fn listen_addresses() -> Vec<IpAddr> {
-    let any6 = IpAddr::from([0u16; 8]);
-    let mut v = vec![IpAddr::from([0, 0, 0, 0])];
-    if std::net::TcpListener::bind((any6, 0)).is_ok() {
-        v.push(any6);
-    }
-    v
 }
 
 struct KernelRunning<'a> {
