@@ -126,8 +126,14 @@ pub use conn_map::ConnMap;
 pub use dispatch::{ConnExport, Dispatcher, HandlerId};
 pub use flowlane_tcp::{
     CloseReason, CongestionAlgorithm, ConnHandle, ConnInfo, Error, FourTuple, ListenerId, State,
-    Stats, SynFilter, Unreachable,
+    SynFilter, Unreachable,
 };
+// The stack's counters, in its own terms (`Stack` methods, `Config`
+// fields, which an application does not have): a re-export, not inlined,
+// so that those pages are read in `flowlane_tcp`'s docs where their links
+// resolve.
+#[doc(no_inline)]
+pub use flowlane_tcp::Stats;
 pub use handler::{AtStop, ConnHandler, ConnState};
 pub use handles::{seen_state, Handles};
 pub use net::{Net, Placement, Wake};

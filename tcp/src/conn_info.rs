@@ -5,8 +5,8 @@ use crate::cc::CongestionControl;
 use crate::connection::Connection;
 use crate::time::Duration;
 
-/// One connection's queues and transmission state, read with
-/// [`crate::Stack::info`].
+/// One connection's queues and transmission state, read with the stack's
+/// `info` (an application's `Net::info`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConnInfo {
     /// In-order bytes received and not yet read.

@@ -93,7 +93,8 @@ use time::Duration;
 /// its connection refused) and keeps no state; the stack counts it
 /// ([`Stats::syn_refused`]). It runs inline with packet processing, on
 /// every SYN however many a flood sends: keep it short, never block, and
-/// bound whatever it keeps per peer ([`Stack::set_syn_filter`]). One
+/// bound whatever it keeps per peer (a listener's filter is the stack's
+/// `set_syn_filter`; an application's, its handler's `syn_filter`). One
 /// filter may serve several listeners and cores (clones of the `Arc`):
 /// state it keeps is shared, in atomics or behind a lock.
 pub type SynFilter = std::sync::Arc<dyn Fn(&FourTuple) -> bool + Send + Sync>;
@@ -124,8 +125,8 @@ impl ConnHandle {
 
     /// A handle for a backend that keeps its own connection table under
     /// the same application API (the kernel-socket backend): `index` into
-    /// that table, `generation` of the slot. A [`Stack`] recognises only
-    /// the handles it issued.
+    /// that table, `generation` of the slot. A stack recognises only the
+    /// handles it issued.
     pub fn from_parts(index: u32, generation: u32) -> ConnHandle {
         ConnHandle { index, generation }
     }
@@ -160,14 +161,14 @@ pub enum CloseReason {
     /// that closed first).
     Normal,
     /// The peer reset the connection (or sent data after a local
-    /// [`Stack::close`]).
+    /// close).
     Reset,
     /// Retransmissions, keepalive probes or the FIN-WAIT-2 timer ran out.
     Timeout,
-    /// [`Stack::abort`] was called.
+    /// This side aborted the connection (an `abort` call).
     Aborted,
     /// The connection attempt was answered with an ICMP destination
-    /// unreachable saying why ([`Stack::handle_unreachable`]); or a
+    /// unreachable saying why (which the backend handed to the stack); or a
     /// synchronized connection timed out (as [`CloseReason::Timeout`])
     /// after one about its data in flight, with no ACK from the peer
     /// since (the soft error it kept, RFC 1122 §4.2.3.9).
@@ -251,7 +252,8 @@ pub enum Error {
     InvalidState,
     /// A snapshot is inconsistent.
     InvalidSnapshot,
-    /// The stack holds [`Config::max_connections`] connections already.
+    /// The stack (one core) holds its most connections already (its
+    /// configuration's `max_connections`).
     ConnectionLimit,
     /// An active open found no local port whose replies reach this core:
     /// the NIC's RSS indirection table sends none of its buckets to the
