@@ -167,11 +167,17 @@ pub trait Net {
     /// its `Closed` included. On flowlane's TCP (run to completion) the
     /// stack keeps a connection's final figures, as they were when it let
     /// the connection go (bytes never read or never acknowledged
-    /// included), for its `on_closed`. On kernel sockets the connection's
-    /// socket is gone before its `Closed`: `info` there is
-    /// `Err(InvalidHandle)`, so a handler that wants a connection's final
-    /// figures on every backend reads them at its last event before
-    /// (`on_peer_closed`, or as it closes it).
+    /// included), for its `on_closed`. On kernel sockets the socket is
+    /// gone (or in TIME-WAIT, which has no `tcp_info`) by its `Closed`: if
+    /// the connection's figures were asked for before, the loop reads them
+    /// again at its last events (the peer's FIN, the handler's
+    /// `shutdown_write`, `close` or `abort`, and the end itself while the
+    /// kernel still tells them: an abort's) and answers the last of them in
+    /// `on_closed`; retransmissions after those are not in them. A
+    /// connection never asked about costs no question there: its
+    /// `on_closed` gets `Err(InvalidHandle)`. So a handler that wants a
+    /// connection's final figures on every backend asks once early (as it
+    /// accepts or opens it).
     fn info(&self, conn: ConnHandle) -> Result<ConnInfo, Error>;
 
     /// The connection's addresses.

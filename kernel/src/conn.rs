@@ -1,12 +1,13 @@
 //! One kernel TCP connection as the application API sees it: the socket,
 //! its user-space buffers, and what has been told to the handler.
 
+use std::cell::Cell;
 use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use flowlane_app::{seen_state, Error};
-use flowlane_tcp::{CloseReason, State, Unreachable};
+use flowlane_tcp::{CloseReason, ConnInfo, State, Unreachable};
 use mio::net::TcpStream;
 
 use crate::buffer::{BufferPool, ByteBuffer};
@@ -56,6 +57,12 @@ pub(crate) struct Conn {
     /// When the application called `close`.
     pub(crate) closed_at: Option<Instant>,
     pub(crate) user_data: u64,
+    /// The handler asked for the connection's figures (`Net::info`): the
+    /// loop reads them again at its last events, for its `on_closed`
+    /// ([`Conn::last_info`]).
+    pub(crate) info_asked: Cell<bool>,
+    /// The figures as the kernel last told them at one of those events.
+    pub(crate) last_info: Option<ConnInfo>,
 }
 
 /// How long a closed connection waits for the peer's FIN after sending
@@ -209,6 +216,8 @@ impl Conn {
             fin_sent_at: None,
             closed_at: None,
             user_data: 0,
+            info_asked: Cell::new(false),
+            last_info: None,
         }
     }
 

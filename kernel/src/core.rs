@@ -143,6 +143,10 @@ pub struct KernelNet {
     waker: Option<Arc<MioWake>>,
     /// Asks the kernel about a connection ([`Net::info`]).
     diag: Diag,
+    /// The last figures of connections ended and whose `Closed` was not
+    /// dispatched yet, for `Net::info` in their `on_closed`: those whose
+    /// handler asked for figures before ([`Conn::last_info`]).
+    closed_info: Vec<(ConnHandle, ConnInfo)>,
     /// Memory of the receive buffers that hold bytes.
     rx_pool: BufferPool,
     /// Memory of the send buffers that hold bytes.
@@ -245,6 +249,7 @@ impl KernelNet {
             stats: Stats::default(),
             waker: None,
             diag: Diag::default(),
+            closed_info: Vec::new(),
             rx_pool: BufferPool::new(rx_buffer, POOL_KEEP, rx_memory / rx_buffer),
             tx_pool: BufferPool::new(tx_buffer, POOL_KEEP, tx_memory / tx_buffer),
         })
@@ -317,6 +322,13 @@ impl KernelNet {
         let Some((h, mut conn)) = ended else {
             return;
         };
+        // Before the reset and the close: an established socket (an
+        // abort) still has its figures; one the kernel ended has none,
+        // and those read at the connection's last events stay.
+        read_last_info(&self.diag, &mut conn);
+        if let Some(info) = conn.last_info {
+            self.closed_info.push((h, info));
+        }
         if reset {
             reset_on_close(&conn.stream);
             // Not in SYN-SENT: closing a connect under way sends nothing
@@ -370,6 +382,9 @@ impl KernelNet {
     /// The `Closed` event of `h` was dispatched: its slot is free.
     fn release(&mut self, h: ConnHandle) {
         self.conns.release(h);
+        if !self.closed_info.is_empty() {
+            self.closed_info.retain(|&(c, _)| c != h);
+        }
     }
 
     /// Reads connection `index`'s socket and queues what the handler must
@@ -422,6 +437,9 @@ impl KernelNet {
                 }
                 if conn.peer_eof && !conn.peer_closed_told {
                     conn.peer_closed_told = true;
+                    // The peer's FIN: the socket may leave the kernel's
+                    // tables (TIME-WAIT) once we close too.
+                    read_last_info(&self.diag, conn);
                     self.events.push_back(Event::PeerClosed(h));
                 }
             }
@@ -917,6 +935,7 @@ impl Net for KernelNet {
 
     fn shutdown_write(&mut self, h: ConnHandle) -> Result<(), Error> {
         let conn = self.conns.get_mut(h)?;
+        read_last_info(&self.diag, conn);
         conn.shut_pending = true;
         // No `Writable` after it, even one a short send asked for.
         conn.want_writable = false;
@@ -950,6 +969,9 @@ impl Net for KernelNet {
             self.end(h.index(), CloseReason::Normal, false);
             return Ok(());
         }
+        // The last figures the kernel may tell: once both FINs went, the
+        // socket is in TIME-WAIT or gone.
+        read_last_info(&self.diag, conn);
         conn.closing = true;
         let now = Instant::now();
         conn.closed_at = Some(now);
@@ -1041,9 +1063,23 @@ impl Net for KernelNet {
 
     /// The kernel's figures (sock_diag) plus this loop's own buffers;
     /// `InvalidState` once the kernel keeps none (the socket went to
-    /// TIME-WAIT, or sock_diag cannot be asked).
+    /// TIME-WAIT, or sock_diag cannot be asked). Once asked, the
+    /// connection's figures are read again at its last events (the peer's
+    /// FIN, the handler's `shutdown_write`, `close` or `abort`) and the
+    /// last of them answered in its `on_closed`.
     fn info(&self, h: ConnHandle) -> Result<ConnInfo, Error> {
-        let c = self.conn(h)?;
+        let c = match self.conn(h) {
+            Ok(c) => c,
+            Err(e) => {
+                return self
+                    .closed_info
+                    .iter()
+                    .find(|&&(c, _)| c == h)
+                    .map(|&(_, info)| info)
+                    .ok_or(e)
+            }
+        };
+        c.info_asked.set(true);
         let k = self
             .diag
             .query(c.local, c.remote)
@@ -1445,6 +1481,23 @@ fn reset_on_close(stream: &TcpStream) {
     );
 }
 
+/// Reads `conn`'s figures again if its handler asked for them before
+/// ([`Conn::info_asked`]), and keeps them as its last
+/// ([`Conn::last_info`]) if the kernel told them: at the connection's last
+/// events, after which its socket may be in TIME-WAIT (no `tcp_info`) or
+/// gone, so that `Net::info` answers in `on_closed` as on the other
+/// backends. One sock_diag round trip per such event, for those
+/// connections only: a handler that never asks costs nothing.
+fn read_last_info(diag: &Diag, conn: &mut Conn) {
+    if !conn.info_asked.get() {
+        return;
+    }
+    let told = diag.query(conn.local, conn.remote).ok();
+    if let Some(info) = told.and_then(|k| kernel_info(&k, conn)) {
+        conn.last_info = Some(info);
+    }
+}
+
 /// Linux's `TCP_INFO` figures in flowlane's [`ConnInfo`], with the bytes
 /// waiting in the loop's own receive and send buffers added.
 /// None when the kernel gave no `tcp_info` (a TIME-WAIT socket). The
@@ -1731,6 +1784,32 @@ mod tests {
         assert_eq!(closed, [CloseReason::Timeout]);
         assert_eq!(net.stats.resets_out, 0, "the kernel finishes it");
         drop(client);
+    }
+
+    /// An aborted connection whose figures its handler asked for before
+    /// has them in its `on_closed` (read as it ended, before the reset),
+    /// and no longer once its `Closed` was dispatched; one whose figures
+    /// were never asked has none (`InvalidHandle`), no question asked of
+    /// the kernel for it.
+    #[test]
+    fn an_aborted_connection_s_figures_stay_for_its_on_closed_if_asked() {
+        use std::io::Write;
+        let mut net = placed_net(Limits::default());
+        let (asked, mut peer) = accepted(&mut net);
+        let (unasked, _other) = accepted(&mut net);
+        peer.write_all(b"unread").unwrap();
+        let before = net.info(asked).expect("the kernel's figures");
+        std::thread::sleep(Duration::from_millis(20));
+        net.abort(asked).unwrap();
+        net.abort(unasked).unwrap();
+        let last = net.info(asked).expect("kept for on_closed");
+        assert_eq!(last.readable, 6, "the peer's bytes, unread: {last:?}");
+        assert_eq!((last.mss, last.cwnd), (before.mss, before.cwnd));
+        assert_eq!(net.info(unasked), Err(Error::InvalidHandle));
+        assert_eq!(net.closed_info.len(), 1, "none kept for the other");
+        net.release(asked);
+        assert_eq!(net.info(asked), Err(Error::InvalidHandle));
+        assert!(net.closed_info.is_empty());
     }
 
     /// A listener whose accept queue is full, so that a connect to it

@@ -336,15 +336,39 @@ fn a_handler_reads_the_kernel_s_figures_for_its_connection() {
 
 /// A handler's `on_closed` reads its connection's addresses, as on the
 /// other backends (the loop has released the connection by then: the
-/// dispatcher answers from what it recorded at accept); not its figures
-/// (`Net::info`'s documented limit on kernel sockets: the socket is gone).
+/// dispatcher answers from what it recorded at accept), and its last
+/// figures, having asked for them before (read at the handler's close,
+/// the kernel's socket gone since): nothing left unread or unsent.
 #[test]
-fn a_handler_reads_its_connection_s_addresses_in_on_closed() {
+fn a_handler_reads_its_connection_s_addresses_and_figures_in_on_closed() {
     let port = free_port();
     let told = AtClose::default();
     let service = KernelService::start(
         config(1, Limits::default()),
         listen_told_at_close(port, &told),
+    )
+    .unwrap();
+    let info = addresses_are_told_at_close(port, &told).expect("figures in on_closed");
+    assert_eq!((info.readable, info.unsent), (0, 0), "{info:?}");
+    assert!(
+        info.mss > 0 && info.cwnd > 0,
+        "the kernel's figures: {info:?}"
+    );
+    let (_, err) = service.stop();
+    assert_eq!(err, None);
+}
+
+/// A handler that never asked for a connection's figures has none in its
+/// `on_closed` (`InvalidHandle`, the socket gone): the loop reads the
+/// kernel's figures at the end only for connections whose handler asked,
+/// costing the others nothing.
+#[test]
+fn a_connection_whose_figures_were_never_asked_has_none_in_on_closed() {
+    let port = free_port();
+    let told = AtClose::default();
+    let service = KernelService::start(
+        config(1, Limits::default()),
+        listen_told_at_close_asking(port, &told, false),
     )
     .unwrap();
     let info = addresses_are_told_at_close(port, &told);

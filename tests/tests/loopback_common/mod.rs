@@ -374,11 +374,15 @@ pub(crate) type AtClose = std::sync::Arc<
 pub(crate) struct ToldAtClose {
     pub(crate) echo: Echo,
     pub(crate) told: AtClose,
+    /// Asks for the figures at accept (else never before `on_closed`).
+    pub(crate) ask: bool,
 }
 
 impl ConnHandler for ToldAtClose {
     fn on_accept(&mut self, net: &mut dyn Net, conn: ConnHandle) {
-        let _ = net.info(conn);
+        if self.ask {
+            let _ = net.info(conn);
+        }
     }
     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
         self.echo.on_data(net, conn);
@@ -401,6 +405,16 @@ pub(crate) fn listen_told_at_close(
     port: u16,
     told: &AtClose,
 ) -> impl Fn(&mut dyn flowlane_app::Setup) -> Result<(), String> + Send + Sync + 'static {
+    listen_told_at_close_asking(port, told, true)
+}
+
+/// [`listen_told_at_close`], the handler asking for the figures at accept
+/// if `ask`.
+pub(crate) fn listen_told_at_close_asking(
+    port: u16,
+    told: &AtClose,
+    ask: bool,
+) -> impl Fn(&mut dyn flowlane_app::Setup) -> Result<(), String> + Send + Sync + 'static {
     let told = told.clone();
     move |s| {
         use flowlane_app::SetupExt;
@@ -409,6 +423,7 @@ pub(crate) fn listen_told_at_close(
             ToldAtClose {
                 echo: Echo::new(4 << 10),
                 told: told.clone(),
+                ask,
             },
         )
         .map(|_| ())
