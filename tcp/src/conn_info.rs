@@ -35,12 +35,19 @@ pub struct ConnInfo {
 impl Connection {
     /// [`ConnInfo`] of this connection.
     pub(crate) fn info(&self) -> ConnInfo {
-        let queued = self.send_buf.len();
+        self.info_with(self.recv_buf.len(), self.send_buf.len())
+    }
+
+    /// [`ConnInfo`] of this connection had its receive queue held
+    /// `readable` bytes and its send queue `queued`: a closed
+    /// connection's, whose buffers were given back (their capacities
+    /// stay).
+    pub(crate) fn info_with(&self, readable: usize, queued: usize) -> ConnInfo {
         // The send buffer holds everything from SND.UNA on; SYN and FIN
         // take sequence numbers but no buffer bytes.
         let in_flight = (self.snd.max - self.snd.una).min(queued);
         ConnInfo {
-            readable: self.recv_buf.len(),
+            readable,
             unsent: queued - in_flight,
             unacked: in_flight,
             srtt: self.rtt.srtt(),

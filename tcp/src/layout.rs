@@ -876,3 +876,90 @@ proptest! {
         prop_assert_eq!(p.frames.held(), 0, "frames not given back");
     }
 }
+
+/// A connection closed while its `Closed` waits to be taken keeps its
+/// slot, and the connection itself for [`Stack::info`], but no segment
+/// reaches it there: one of its tuple that comes then, named by the last
+/// segment's slot (`last_flow`) or by a slot [`Stack::expect`] named, is
+/// answered as for no connection (a reset, RFC 9293 §3.10.7.1), and the
+/// stack's layout stays whole. Its final figures are told while its
+/// `Closed` is handled, then the slot is free.
+#[test]
+fn a_connection_held_for_its_closed_takes_no_segment() {
+    let mut p = Pair::connected();
+    p.apply(&Op::Connect(1));
+    p.apply(&Op::Deliver(0));
+    p.apply(&Op::Deliver(0));
+    assert_eq!((p.a_conns.len(), p.b_conns.len()), (2, 2));
+    let mut buf = vec![0; 4_096];
+    // A's next segment on its connection `n`, not delivered.
+    let segment = |p: &mut Pair, n: usize, buf: &mut Vec<u8>| {
+        let h = p.a_conns[n];
+        assert_eq!(p.a.send(h, &[7; 100]), Ok(100));
+        let t = p.a.poll_transmit(p.now, buf).expect("A's segment");
+        (t.src, t.dst, buf[..t.len].to_vec())
+    };
+    // B's connection of A's `n` (B learnt them in the same order).
+    let resets_out = |p: &mut Pair, buf: &mut Vec<u8>| {
+        let mut resets = Vec::new();
+        while let Some(t) = p.b.poll_transmit(p.now, buf) {
+            let (r, _) = flowlane_wire::TcpRepr::parse_segment(&buf[..t.len]).unwrap();
+            if r.flags.rst() {
+                resets.push((t.src, t.dst));
+            }
+        }
+        resets
+    };
+    for by_expect in [false, true] {
+        // The connection to close (0, then A's 1) and a segment of it,
+        // which comes again once it closed (a duplicate); before it
+        // closes, B's last segment was its own (`last_flow`) or the other
+        // connection's, `expect` having named it.
+        let (x, y) = if by_expect { (1, 0) } else { (0, 1) };
+        let (src, dst, first) = segment(&mut p, x, &mut buf);
+        p.b.handle_segment(p.now, src.ip(), dst.ip(), &first);
+        if by_expect {
+            let (ysrc, ydst, other) = segment(&mut p, y, &mut buf);
+            p.b.handle_segment(p.now, ysrc.ip(), ydst.ip(), &other);
+            let ends = flowlane_wire::peek::Endpoints::new(src, dst).expect("one family");
+            assert!(p.b.expect(&ends).is_some(), "named ahead");
+        }
+        let bx = p.b_conns[x];
+        let before = p.b.info(bx).expect("live");
+        p.b.abort(bx).expect("live");
+        resets_out(&mut p, &mut buf);
+        // Its `Closed` not taken yet: the slot is held.
+        p.b.handle_segment(p.now, src.ip(), dst.ip(), &first);
+        p.b.check_layout().unwrap();
+        assert_eq!(
+            resets_out(&mut p, &mut buf),
+            vec![(dst, src)],
+            "by_expect {by_expect}: answered as for no connection"
+        );
+        // Its figures while its `Closed` is handled, then none.
+        let mut told = None;
+        while let Some(e) = p.b.poll_event() {
+            if let Event::Closed { conn, .. } = e {
+                assert_eq!(conn, bx);
+                told = Some(p.b.info(bx));
+            }
+        }
+        assert_eq!(told, Some(Ok(before)), "by_expect {by_expect}");
+        assert_eq!(p.b.info(bx), Err(crate::Error::InvalidHandle));
+        p.b.check_layout().unwrap();
+        p.b_conns.retain(|&c| c != bx);
+        // The resets were not delivered: A's connection goes by its own
+        // abort.
+        p.a.abort(p.a_conns[x]).expect("live");
+        p.apply(&Op::Deliver(0));
+        p.a.check_layout().unwrap();
+        if !by_expect {
+            // A's `1` is now its `0`, B's `1` its `0`.
+            assert_eq!((p.a_conns.len(), p.b_conns.len()), (1, 1));
+            p.apply(&Op::Connect(2));
+            p.apply(&Op::Deliver(0));
+            p.apply(&Op::Deliver(0));
+            assert_eq!((p.a_conns.len(), p.b_conns.len()), (2, 2));
+        }
+    }
+}

@@ -245,6 +245,18 @@ struct Slot {
     hash: u64,
 }
 
+impl Slot {
+    /// The slot's connection if it is live. A slot held for its `Closed`
+    /// ([`Stack::remove`] without reuse) keeps its closed connection, its
+    /// buffers given back, for [`Stack::info`] until the application
+    /// handled that `Closed`: off its bucket's list (every live
+    /// connection is on one) and under the next generation, so that no
+    /// handle, lookup or look at the slot by tuple reaches it.
+    fn live(&self) -> Option<&Connection> {
+        self.conn.as_ref().filter(|_| self.link.pos != NIL)
+    }
+}
+
 /// Moves a connection counted in `counted` to `state` in the per-state
 /// counts (a state change: a few per connection, never per segment).
 #[cold]
@@ -261,6 +273,19 @@ struct AckDue {
     at: Instant,
     idx: u32,
     generation: u32,
+}
+
+/// What a closed connection's queues held as the stack let it go (its
+/// buffers given back at once): with the connection itself, kept in its
+/// held slot until its `Closed` was handled, its final [`crate::ConnInfo`]
+/// ([`Stack::info`]).
+#[derive(Debug, Clone, Copy)]
+struct ClosedQueues {
+    conn: ConnHandle,
+    /// In-order bytes received and never read.
+    readable: usize,
+    /// Bytes queued to send, sent or not, never acknowledged.
+    queued: u32,
 }
 
 /// A slot's listener, `u32::MAX` for none.
@@ -540,19 +565,22 @@ pub struct Stack {
     /// [`Stack::poll_event`] call: a connection opened while the
     /// application handles that `Closed` gets another slot.
     closed_slot: u32,
-    /// The final figures ([`Stack::info`]) of each connection whose
-    /// `Closed` is queued, in the order of those events (`events` is first
-    /// in, first out, and drops no `Closed`): each is taken with its
-    /// `Closed` by [`Stack::poll_event`]. Written only as a connection
-    /// the application knows closes (`remove` without reuse, its slot held
-    /// for the `Closed`), as Linux keeps a closed socket's `TCP_INFO`
-    /// readable until the application lets it go.
-    closed_info: VecDeque<(ConnHandle, crate::ConnInfo)>,
-    /// The final figures of the connection whose `Closed` was taken last,
-    /// until the next [`Stack::poll_event`] call (as `closed_slot`): what
+    /// The final queue lengths of each connection whose `Closed` is
+    /// queued, in the order of those events (`events` is first in, first
+    /// out, and drops no `Closed`): each is taken with its `Closed` by
+    /// [`Stack::poll_event`]. Written only as a connection the application
+    /// knows closes (`remove` without reuse, its slot held for the
+    /// `Closed`), as Linux keeps a closed socket's `TCP_INFO` readable
+    /// until the application lets it go. The rest of its figures stay in
+    /// the connection itself, kept in its held slot ([`Slot::live`]):
+    /// [`Stack::info`] computes them only when asked.
+    closed_info: VecDeque<ClosedQueues>,
+    /// The final queue lengths of the connection whose `Closed` was taken
+    /// last, until the next [`Stack::poll_event`] call (as `closed_slot`,
+    /// whose slot still holds the connection): with it, what
     /// [`Stack::info`] answers for it while the application handles its
     /// `Closed`.
-    last_closed: Option<(ConnHandle, crate::ConnInfo)>,
+    last_closed: Option<ClosedQueues>,
     /// Live connections by state ([`State::index`]), kept where a
     /// connection is placed, freed, or changes state in a call: what
     /// [`Stack::connections_in`] reads without walking the slots.
@@ -1531,6 +1559,9 @@ impl Stack {
                 self.next_park = self.next_park.max(self.park_round + PARK_IDLE);
             }
             let slot = &mut self.slots[idx];
+            if slot.live().is_none() {
+                continue; // free, or held for its `Closed`
+            }
             let Some(conn) = slot.conn.as_mut() else {
                 continue;
             };
@@ -1793,17 +1824,36 @@ impl Stack {
         self.replies.owed_acks.forget(&conn.tuple);
         self.by_state[slot.counted.index()] -= 1;
         let r = last(conn, &self.lent);
-        if !reuse {
-            // Its `Closed` is queued (`after`): the figures it is handled
-            // with ([`Stack::info`]), written in place.
-            let closed = ConnHandle {
-                index: idx,
-                generation: slot.generation,
-            };
-            self.closed_info.push_back((closed, conn.info()));
+        if reuse {
+            conn.release_buffers((&mut self.pool, &mut self.lent, &mut self.flights));
+            slot.conn = None;
+        } else {
+            // Its `Closed` is queued (`after`): the connection stays in its
+            // held slot for the figures it is handled with
+            // ([`Stack::info`], computed only if asked), but for what its
+            // queues held, kept here, as its buffers go back now. The
+            // slot is dropped when the `Closed` was handled
+            // (`free_closed_slot`).
+            self.closed_info.push_back(ClosedQueues {
+                conn: ConnHandle {
+                    index: idx,
+                    generation: slot.generation,
+                },
+                readable: conn.recv_buf.len(),
+                queued: conn.send_buf.len() as u32,
+            });
+            conn.release_buffers((&mut self.pool, &mut self.lent, &mut self.flights));
+            // No look by tuple may find it there (`flow_at`): a segment of
+            // its tuple is the table's, or TIME-WAIT's, from now on.
+            if self.last_flow == idx {
+                self.last_flow = NO_SLOT;
+            }
+            for e in &mut self.expected {
+                if *e == idx {
+                    *e = NO_SLOT;
+                }
+            }
         }
-        conn.release_buffers((&mut self.pool, &mut self.lent, &mut self.flights));
-        slot.conn = None;
         if let Some(Some(l)) = slot
             .listener
             .get()
@@ -2989,8 +3039,10 @@ impl Stack {
     #[cold]
     #[inline(never)]
     fn free_closed_slot(&mut self) {
-        self.free
-            .push(std::mem::replace(&mut self.closed_slot, NO_SLOT));
+        let idx = std::mem::replace(&mut self.closed_slot, NO_SLOT);
+        // The closed connection it kept for `info` (`remove`).
+        self.slots[idx as usize].conn = None;
+        self.free.push(idx);
         self.last_closed = None;
     }
 
@@ -3006,15 +3058,16 @@ impl Stack {
         self.take_closed_info(conn);
     }
 
-    /// The final figures of `conn`, whose `Closed` is taken now: what
-    /// [`Stack::info`] answers until the next [`Stack::poll_event`] call.
-    /// Out of line: once per closed connection.
+    /// The final queue lengths of `conn`, whose `Closed` is taken now:
+    /// with the connection in its slot, what [`Stack::info`] answers until
+    /// the next [`Stack::poll_event`] call. Out of line: once per closed
+    /// connection.
     #[cold]
     #[inline(never)]
     fn take_closed_info(&mut self, conn: ConnHandle) {
         let taken = self.closed_info.pop_front();
         debug_assert_eq!(
-            taken.map(|(h, _)| h),
+            taken.map(|q| q.conn),
             Some(conn),
             "in the order of the Closed"
         );
@@ -3153,11 +3206,20 @@ impl Stack {
     pub fn info(&self, conn: ConnHandle) -> Result<crate::ConnInfo, Error> {
         match self.live(conn) {
             Ok(c) => Ok(c.info()),
-            Err(e) => match self.last_closed {
-                Some((closed, info)) if closed == conn => Ok(info),
-                _ => Err(e),
-            },
+            Err(e) => self.closed_info_of(conn).ok_or(e),
         }
+    }
+
+    /// [`Stack::info`] of the connection whose `Closed` was taken last:
+    /// computed now from the connection its slot still holds and the
+    /// lengths its queues had (`last_closed`). Out of line: the error
+    /// path of `info`.
+    #[cold]
+    #[inline(never)]
+    fn closed_info_of(&self, conn: ConnHandle) -> Option<crate::ConnInfo> {
+        let q = self.last_closed.filter(|q| q.conn == conn)?;
+        let c = self.slots.get(conn.index as usize)?.conn.as_ref()?;
+        Some(c.info_with(q.readable, q.queued as usize))
     }
 
     /// The connection's state.
@@ -3485,10 +3547,23 @@ impl Stack {
         let (mut chunk_bytes, mut held_slots) = (0, 0);
         for (i, slot) in self.slots.iter().enumerate() {
             let idx = i as u32;
-            let Some(c) = slot.conn.as_ref() else {
+            let Some(c) = slot.live() else {
                 // Free, held for its `Closed` still queued, or for the
-                // `Closed` taken last: one of them.
+                // `Closed` taken last: one of them; a free one holds no
+                // connection, a held one the closed one, its buffers
+                // given back.
                 let free = self.free.iter().filter(|&&f| f == idx).count();
+                if let Some(c) = slot.conn.as_ref() {
+                    if free != 0 {
+                        return Err(format!("free slot {i} holds a connection"));
+                    }
+                    if c.send_buf.chunks() + c.recv_buf.chunks() != 0
+                        || c.recv_buf.len() + c.send_buf.len() != 0
+                        || c.rack.flight.is_some()
+                    {
+                        return Err(format!("slot {i} held for its Closed holds memory"));
+                    }
+                }
                 let held = self
                     .events
                     .iter()
@@ -3577,7 +3652,7 @@ impl Stack {
             }
         }
         let mut by_state = [0u32; State::COUNT];
-        for c in self.slots.iter().filter_map(|s| s.conn.as_ref()) {
+        for c in self.slots.iter().filter_map(Slot::live) {
             by_state[c.state.index()] += 1;
         }
         if by_state != self.by_state {
@@ -3603,12 +3678,12 @@ impl Stack {
         if !self
             .closed_info
             .iter()
-            .map(|(h, _)| *h)
+            .map(|q| q.conn)
             .eq(queued.iter().copied())
         {
             return Err(format!(
                 "final figures kept for {:?}, Closed queued for {queued:?}",
-                self.closed_info.iter().map(|(h, _)| *h).collect::<Vec<_>>()
+                self.closed_info.iter().map(|q| q.conn).collect::<Vec<_>>()
             ));
         }
         if live != self.live || self.table.len() != live {
@@ -3634,7 +3709,7 @@ impl Stack {
         self.lent.check(
             self.slots
                 .iter()
-                .filter_map(|s| s.conn.as_ref())
+                .filter_map(Slot::live)
                 .map(|c| c.recv_buf.pieces()),
         )?;
         if self
@@ -3652,11 +3727,11 @@ impl Stack {
         let mut slots: Vec<(bool, Link)> = self
             .slots
             .iter()
-            .map(|s| (s.conn.is_some(), s.link))
+            .map(|s| (s.live().is_some(), s.link))
             .collect();
         self.buckets.check(&mut slots, |s| &mut s.1, |s| s.0)?;
         for s in &self.slots {
-            if let Some(c) = &s.conn {
+            if let Some(c) = s.live() {
                 if s.link.bucket != self.bucket_for(&c.tuple) {
                     return Err(format!("{:?} on bucket {}", c.tuple, s.link.bucket));
                 }
