@@ -187,7 +187,7 @@ impl Sink {
     /// The sink's queues, buckets, table and moves.
     pub fn status(&self) -> Result<ServiceStatus> {
         match self.ask(&Request::Status)? {
-            Response::Status(s) => Ok(s),
+            Response::Status(s) => Ok(*s),
             other => bail!("unexpected answer {other:?}"),
         }
     }

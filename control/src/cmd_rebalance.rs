@@ -86,7 +86,7 @@ fn ask(path: &Path, request: &Request) -> Result<Response> {
 
 pub(crate) fn status(path: &Path) -> Result<ServiceStatus> {
     match ask(path, &Request::Status)? {
-        Response::Status(s) => Ok(s),
+        Response::Status(s) => Ok(*s),
         other => bail!("the service answered {other:?} to a status request"),
     }
 }
@@ -248,17 +248,29 @@ fn render(before: Option<&ServiceStatus>, now: &ServiceStatus) -> String {
 
 /// What the rebalancing loop prices a move at now: its fixed part, its
 /// part a connection, and the moves it was learned from (none: the
-/// configured prior).
-fn price_line(c: &MoveCostStatus) -> String {
+/// configured prior; or the configured price, `--move-cost fixed`), and
+/// the moves the policy refused for their price. `flowlane rebalance
+/// status` and `flowlane status` both say it so.
+pub(crate) fn price_line(c: &MoveCostStatus) -> String {
     let learned = match c.fit_moves {
+        _ if c.fixed_price => "the configured price, --move-cost fixed".to_string(),
         0 => "the configured prior, no move made yet".to_string(),
         1 => "learned from the latest move".to_string(),
         n => format!("learned from the latest {n} moves"),
     };
     format!(
-        "a move is priced at {} + {} a connection ({learned})",
+        "a move is priced at {} + {} a connection ({learned}); {} refused for {} price",
         duration_text(c.fixed_ns),
-        duration_text(c.per_connection_ns)
+        duration_text(c.per_connection_ns),
+        match c.refused_for_cost {
+            1 => "1 move".to_string(),
+            n => format!("{n} moves"),
+        },
+        if c.refused_for_cost == 1 {
+            "its"
+        } else {
+            "their"
+        }
     )
 }
 
@@ -337,7 +349,7 @@ fn move_summary(r: &MoveReport) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use flowlane_dataplane::control_socket::{MoveCause, MoveHistory};
     use flowlane_dataplane::BucketSnapshot;
@@ -367,7 +379,11 @@ mod tests {
         }
     }
 
-    fn status(uptime_s: u64, queues: Vec<QueueStatus>, moves: MoveHistory) -> ServiceStatus {
+    pub(crate) fn status(
+        uptime_s: u64,
+        queues: Vec<QueueStatus>,
+        moves: MoveHistory,
+    ) -> ServiceStatus {
         ServiceStatus {
             service: "bulk-sink".into(),
             pid: 42,
@@ -482,20 +498,35 @@ mod tests {
             fixed_ns: 9_860_000,
             per_connection_ns: 2_000,
             fit_moves: 12,
+            refused_for_cost: 3,
+            ..MoveCostStatus::default()
         });
         let text = render(None, &s);
         assert!(
-            text.contains("a move is priced at 9.86 ms + 2.0 us a connection (learned from the latest 12 moves)"),
+            text.contains("a move is priced at 9.86 ms + 2.0 us a connection (learned from the latest 12 moves); 3 moves refused for their price"),
             "{text}"
         );
         s.move_cost = Some(MoveCostStatus {
             fixed_ns: 20_000,
             per_connection_ns: 850,
             fit_moves: 0,
+            ..MoveCostStatus::default()
         });
         let text = render(None, &s);
         assert!(
-            text.contains("a move is priced at 20.0 us + 850 ns a connection (the configured prior, no move made yet)"),
+            text.contains("a move is priced at 20.0 us + 850 ns a connection (the configured prior, no move made yet); 0 moves refused for their price"),
+            "{text}"
+        );
+        s.move_cost = Some(MoveCostStatus {
+            fixed_ns: 20_000,
+            per_connection_ns: 2_000,
+            fit_moves: 0,
+            fixed_price: true,
+            refused_for_cost: 1,
+        });
+        let text = render(None, &s);
+        assert!(
+            text.contains("a move is priced at 20.0 us + 2.0 us a connection (the configured price, --move-cost fixed); 1 move refused for its price"),
             "{text}"
         );
     }

@@ -1132,6 +1132,7 @@ mod tests {
                 fixed_ns: 7_070_000,
                 per_connection_ns: 2_500,
                 fit_moves: 5,
+                ..MoveCostStatus::default()
             }),
             nic: Some(InterfaceStats {
                 rx_packets: 5000,

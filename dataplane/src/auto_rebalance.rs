@@ -57,11 +57,28 @@ const CEILING_PER_CONNECTION_DIVISOR: u64 = 500;
 /// from the policy's base period with each such round in a row).
 const MAX_BACKOFF: Duration = Duration::from_secs(32);
 
+/// What the rebalancing loop prices a bucket move at (a service's
+/// `--move-cost`), against the load the move takes off the busier core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum MovePrice {
+    /// What the moves made cost here: a fit of their measured durations
+    /// against the connections they carried, the configured price its
+    /// prior (numa-sched's `MoveCostModel`).
+    #[default]
+    Learned,
+    /// The configured price (numa-sched's `RebalanceConfig::move_costs`:
+    /// 20 µs + 2 µs a connection), whatever the moves cost: nothing is
+    /// learned.
+    Fixed,
+}
+
 /// What the loop does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// Move buckets when the load is skewed (numa-sched's policy).
-    Auto,
+    /// Move buckets when the load is skewed (numa-sched's policy), each
+    /// move priced as the flag says (`--move-cost`).
+    Auto(MovePrice),
     /// Move a random bucket in use to another queue every `interval`.
     Storm {
         /// Time between moves.
@@ -72,8 +89,9 @@ pub enum Mode {
 /// What a service's flags say about its rebalancing loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wish {
-    /// No flag: `auto` where buckets can move, off elsewhere.
-    Default,
+    /// No `--rebalance` flag: `auto` (its moves priced so) where buckets
+    /// can move, off elsewhere.
+    Default(MovePrice),
     /// `--rebalance off`.
     Off,
     /// This loop, asked for: a service that cannot run it refuses to
@@ -110,20 +128,35 @@ impl Wish {
                 ..Rebalancing::default()
             }),
             (Wish::Off, _) => Ok(Rebalancing::default()),
-            (Wish::Default, Some(why)) => {
+            (Wish::Default(_), Some(why)) => {
                 tracing::info!("rebalancing off: {why}");
                 Ok(Rebalancing {
                     off_because: Some(why),
                     ..Rebalancing::default()
                 })
             }
-            (Wish::Default, None) => Ok(Rebalancing {
-                mode: Some(Mode::Auto),
+            (Wish::Default(price), None) => Ok(Rebalancing {
+                mode: Some(Mode::Auto(price)),
                 by_default: true,
                 off_because: None,
             }),
         }
     }
+}
+
+/// How the loop prices moves now ([`AutoRebalance::move_cost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MovePricing {
+    /// As `--move-cost` said.
+    pub price: MovePrice,
+    /// The price of a move now: learned, or the configured one.
+    pub cost: MoveCost,
+    /// The moves the learned price is fitted on (0: the configured
+    /// price; always 0 at a fixed price).
+    pub fit_moves: u64,
+    /// The moves the policy refused for their price since the loop
+    /// started ([`RebalancePlan::priced_out`], summed).
+    pub priced_out: u64,
 }
 
 /// A move the loop made or tried.
@@ -308,6 +341,9 @@ pub struct AutoRebalance {
     /// Rounds in a row with a move that failed with its bucket where it
     /// was (the loop waits longer after each).
     failed_rounds: u32,
+    /// Moves the policy refused for their price since the start
+    /// ([`RebalancePlan::priced_out`] summed over the rounds).
+    priced_out: u64,
     /// The last round found a queue that had not published since the one
     /// before: the next comes after [`RETRY`].
     retry: bool,
@@ -368,6 +404,7 @@ impl AutoRebalance {
             last_cpu: HashMap::new(),
             schedstat: HashMap::new(),
             failed_rounds: 0,
+            priced_out: 0,
             retry: false,
             rng: 0x2545_f491_4f6c_dd1d ^ u64::from(std::process::id()),
         })
@@ -379,12 +416,18 @@ impl AutoRebalance {
     /// would hold a first round's moves back.
     #[cfg(test)]
     pub(crate) fn bare() -> AutoRebalance {
+        AutoRebalance::bare_priced(MovePrice::Learned)
+    }
+
+    /// [`AutoRebalance::bare`] pricing its moves as `price` says.
+    #[cfg(test)]
+    pub(crate) fn bare_priced(price: MovePrice) -> AutoRebalance {
         let topology = Topology::synthetic(1, 1, 2, 1).expect("a small machine");
         let config = RebalanceConfig {
             persistence: Duration::ZERO,
             ..AutoRebalance::config()
         };
-        AutoRebalance::with(topology, Mode::Auto, config).expect("the default policy")
+        AutoRebalance::with(topology, Mode::Auto(price), config).expect("the default policy")
     }
 
     /// Whether the policy holds `bucket` where it is now.
@@ -449,6 +492,7 @@ impl AutoRebalance {
         match outcome {
             Ok(report) => self.learn_at(report, at),
             Err(Error::MoveRefused(_)) => {}
+            Err(_) if self.price() == MovePrice::Fixed => {}
             Err(_) => {
                 let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
                 self.costs.observe(connections, ns, at);
@@ -456,19 +500,40 @@ impl AutoRebalance {
         }
     }
 
+    /// How the loop prices moves: as `--move-cost` said (a storm's moves
+    /// are not priced; what they cost is learned).
+    fn price(&self) -> MovePrice {
+        match self.mode {
+            Mode::Auto(price) => price,
+            Mode::Storm { .. } => MovePrice::Learned,
+        }
+    }
+
     /// [`AutoRebalance::learn`] of a move made at `at` (the policy's clock).
+    /// Nothing is learned at a fixed price (`--move-cost fixed`).
     fn learn_at(&mut self, report: &MoveReport, at: Duration) {
+        if self.price() == MovePrice::Fixed {
+            return;
+        }
         let connections = u32::try_from(report.connections).unwrap_or(u32::MAX);
         let ns = (report.duration_us * 1_000.0).clamp(0.0, u64::MAX as f64) as u64;
         self.costs.observe(connections, ns, at);
     }
 
-    /// What a move costs now, as learned, and how many moves the fit
+    /// What the loop prices a move at now (as learned, or the
+    /// configured price at `--move-cost fixed`), how many moves the fit
     /// used (the latest, at most
-    /// [`flowlane_numa_sched::move_cost::WINDOW`]).
-    pub fn move_cost(&self) -> (MoveCost, u64) {
+    /// [`flowlane_numa_sched::move_cost::WINDOW`]; 0 at a fixed price)
+    /// and the moves refused for their price since the start
+    /// ([`RebalancePlan::priced_out`]).
+    pub fn move_cost(&self) -> MovePricing {
         let now = self.clock(Instant::now());
-        (self.costs.estimate(now), self.costs.fit_moves() as u64)
+        MovePricing {
+            price: self.price(),
+            cost: self.costs.estimate(now),
+            fit_moves: self.costs.fit_moves() as u64,
+            priced_out: self.priced_out,
+        }
     }
 
     /// The policy's clock at `at`: the time since the loop started.
@@ -478,7 +543,7 @@ impl AutoRebalance {
 
     fn period(&self) -> Duration {
         match self.mode {
-            Mode::Auto => self.rebalancer.period().max(MIN_PERIOD),
+            Mode::Auto(_) => self.rebalancer.period().max(MIN_PERIOD),
             Mode::Storm { interval } => interval,
         }
     }
@@ -512,7 +577,7 @@ impl AutoRebalance {
             return Vec::new();
         }
         let out = match self.mode {
-            Mode::Auto => self.round(service, now),
+            Mode::Auto(_) => self.round(service, now),
             Mode::Storm { .. } => self.storm(service).into_iter().collect(),
         };
         self.next = Instant::now() + self.wait();
@@ -693,14 +758,19 @@ impl AutoRebalance {
             return Vec::new();
         };
         let now = self.clock(at);
-        let costs = self.costs.estimate(now);
+        // At a fixed price the snapshot brings none: the policy's
+        // configured costs (the model, never fed, estimates them too).
+        let costs = match self.price() {
+            MovePrice::Learned => Some(self.costs.estimate(now)),
+            MovePrice::Fixed => None,
+        };
         let snapshot = LoadSnapshot {
             now,
             table: &table,
             topology: &self.topology,
             cores: &cores,
             buckets: &buckets,
-            move_cost: Some(costs),
+            move_cost: costs,
         };
         let plan = match self.rebalancer.decide(&snapshot) {
             Ok(p) => p,
@@ -709,6 +779,7 @@ impl AutoRebalance {
                 return Vec::new();
             }
         };
+        self.priced_out = self.priced_out.saturating_add(plan.priced_out as u64);
         let fit = (self.costs.fit_moves() as u64, self.costs.fit_weight(now));
         let whys = plan
             .moves
@@ -837,25 +908,29 @@ mod tests {
     #[test]
     fn rebalancing_is_on_by_default_where_buckets_can_move() {
         let on = |by_default| Rebalancing {
-            mode: Some(Mode::Auto),
+            mode: Some(Mode::Auto(MovePrice::Learned)),
             by_default,
             off_because: None,
         };
-        assert_eq!(Wish::Default.choose(None).unwrap(), on(true));
-        assert_eq!(Wish::Run(Mode::Auto).choose(None).unwrap(), on(false));
+        let learned = MovePrice::Learned;
+        assert_eq!(Wish::Default(learned).choose(None).unwrap(), on(true));
+        assert_eq!(
+            Wish::Run(Mode::Auto(learned)).choose(None).unwrap(),
+            on(false)
+        );
         assert_eq!(Wish::Off.choose(None).unwrap(), Rebalancing::default());
     }
 
     #[test]
     fn where_buckets_cannot_move_only_a_loop_asked_for_is_refused() {
         let why = || Some("one queue".to_string());
-        let off = Wish::Default.choose(why()).unwrap();
+        let off = Wish::Default(MovePrice::Learned).choose(why()).unwrap();
         assert_eq!((off.mode, off.off_because), (None, why()));
         assert_eq!(Wish::Off.choose(why()).unwrap(), Rebalancing::default());
         let storm = Mode::Storm {
             interval: std::time::Duration::from_millis(5),
         };
-        for mode in [Mode::Auto, storm] {
+        for mode in [Mode::Auto(MovePrice::Learned), storm] {
             let e = Wish::Run(mode).choose(why()).unwrap_err().to_string();
             assert!(
                 e.contains("one queue") && e.contains("--rebalance off"),
@@ -1124,7 +1199,7 @@ mod tests {
         let t0 = a.epoch;
         assert!(a.sample(&skewed(100, 0)).is_none());
         let prior = a.rebalancer.config().move_costs();
-        assert_eq!(a.move_cost(), (prior, 0));
+        assert_eq!((a.move_cost().cost, a.move_cost().fit_moves), (prior, 0));
         let out = a.round_on(t0, &TABLE, &skewed(200, 1), |bucket, to| {
             let report = MoveReport {
                 bucket,
@@ -1136,7 +1211,7 @@ mod tests {
             (Ok(report), true, Duration::ZERO)
         });
         assert_eq!(out.len(), 3);
-        let (learned, from) = a.move_cost();
+        let (learned, from) = (a.move_cost().cost, a.move_cost().fit_moves);
         assert_eq!(from, 3);
         assert!(learned.fixed > 10 * prior.fixed, "{learned:?}");
         // The round's first move comes from a CPU over the level (later
@@ -1162,6 +1237,72 @@ mod tests {
         for key in ["from_load", "over", "gain", "cost", "cost_us", "policy"] {
             assert!(!line["why"][key].is_null(), "{key}: {line}");
         }
+    }
+
+    /// `--move-cost`: at the learned price, moves that took a second each
+    /// (the price at its ceiling, 50 ms, a tenth of a core over the 500 ms
+    /// horizon) keep the policy from moving buckets of 5 % of a core, and
+    /// it counts them refused for their price; at the fixed price the same
+    /// moves teach nothing, the configured 20 µs + 2 µs stands and the
+    /// buckets move.
+    #[test]
+    fn the_move_price_is_learned_or_fixed_as_the_flag_says() {
+        // Queue 0 at 60 % in twelve buckets of 5 %, queue 1 at 20 %.
+        let table: Vec<u32> = [vec![0; 12], vec![1; 4]].concat();
+        let skew = |at_ms: u64, n: u64| {
+            let twelve: Vec<(u16, u64, u64, u64)> =
+                (0..12).map(|b| (b, 10 * n, 1_000 * n, 1)).collect();
+            [
+                reading(0, at_ms, 60 * n, &twelve),
+                reading(
+                    1,
+                    at_ms,
+                    20 * n,
+                    &[(12, n, 500 * n, 1), (13, n, 500 * n, 1)],
+                ),
+            ]
+        };
+        let slow = MoveReport {
+            connections: 1,
+            duration_us: 1_000_000.0,
+            ..MoveReport::default()
+        };
+        let mut seen = Vec::new();
+        for price in [MovePrice::Learned, MovePrice::Fixed] {
+            let mut a = AutoRebalance::bare_priced(price);
+            let prior = a.rebalancer.config().move_costs();
+            let t0 = a.epoch;
+            for _ in 0..64 {
+                a.learn_at(&slow, Duration::ZERO);
+            }
+            assert!(a.sample(&skew(100, 0)).is_none());
+            let out = a.round_on(t0, &table, &skew(200, 1), |bucket, to| {
+                let report = MoveReport {
+                    bucket,
+                    to,
+                    connections: 1,
+                    duration_us: 100.0,
+                    ..MoveReport::default()
+                };
+                (Ok(report), true, Duration::ZERO)
+            });
+            let p = a.move_cost();
+            assert_eq!(p.price, price);
+            match price {
+                MovePrice::Learned => {
+                    assert_eq!(p.cost.fixed, 50_000_000, "{p:?}: the ceiling");
+                    assert!(out.is_empty(), "{} moves at the learned price", out.len());
+                    assert!(p.priced_out >= 1, "{p:?}");
+                }
+                MovePrice::Fixed => {
+                    assert_eq!((p.cost, p.fit_moves), (prior, 0), "{p:?}: nothing learned");
+                    assert!(!out.is_empty(), "no move at the fixed price");
+                    assert_eq!(p.priced_out, 0, "{p:?}");
+                }
+            }
+            seen.push((price, out.len(), p.priced_out));
+        }
+        eprintln!("(price, moves, refused for cost): {seen:?}");
     }
 
     /// A move's `why` is the policy's plan as it stands: the level and the
@@ -1197,6 +1338,7 @@ mod tests {
             averaged_max_over_mean: 1.75,
             measured_max_over_mean: 1.75,
             predicted_max_over_mean: 1.25,
+            priced_out: 0,
         };
         let why = MoveWhy::of(&m, &plan, (5, 4.5));
         assert_eq!((why.over, why.cost_us), (0.5, 2_000.0), "{why:?}");
@@ -1219,7 +1361,7 @@ mod tests {
             a.learn(&report);
         }
         let window = flowlane_numa_sched::move_cost::WINDOW as u64;
-        assert_eq!(a.move_cost().1, window);
+        assert_eq!(a.move_cost().fit_moves, window);
         let out = a.round_on(t0, &TABLE, &skewed(200, 1), |_, _| {
             (Ok(MoveReport::default()), true, Duration::ZERO)
         });
@@ -1283,7 +1425,7 @@ mod tests {
         });
         assert_eq!(out.len(), 1, "a round stops at its first failure");
         assert_eq!(out[0].took, Duration::from_secs(2));
-        let (learned, fit_moves) = a.move_cost();
+        let (learned, fit_moves) = (a.move_cost().cost, a.move_cost().fit_moves);
         assert_eq!(fit_moves, 1, "{learned:?}");
         // (4 × 20 µs + 1 × 2 s) / 5, bounded by the ceiling.
         let ceiling = a.rebalancer.config().cost_horizon / CEILING_FIXED_DIVISOR;
@@ -1295,7 +1437,7 @@ mod tests {
             1,
             Duration::from_secs(5),
         );
-        assert_eq!(a.move_cost().1, 1);
+        assert_eq!(a.move_cost().fit_moves, 1);
         // Its move line says how long the failure took.
         let line = crate::service_control::move_line(&crate::service_control::LoggedMove {
             cause: out[0].cause,

@@ -131,8 +131,9 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "kebab-case")]
 pub enum Response {
-    /// The answer to [`Request::Status`].
-    Status(ServiceStatus),
+    /// The answer to [`Request::Status`] (boxed: the largest answer by far,
+    /// as [`Response::Counters`]).
+    Status(Box<ServiceStatus>),
     /// The answer to [`Request::Counters`].
     Counters(Box<ServiceCounters>),
     /// The answer to [`Request::Hint`].
@@ -398,9 +399,11 @@ pub struct ServiceCounters {
 /// What a service's rebalancing loop prices a bucket move at now: the
 /// learned move cost (numa-sched's `MoveCostModel`: a robust fit of the
 /// latest moves' durations against the connections they carried, weighed
-/// with the configured prior as they age), as `flowlane daemon` serves it
-/// (`flowlane_rebalance_move_cost_*`).
+/// with the configured prior as they age), or the configured price at
+/// `--move-cost fixed`, as `flowlane daemon` serves it
+/// (`flowlane_rebalance_move_cost_*`), and the moves the price refused.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct MoveCostStatus {
     /// The price of a move with no connection, in nanoseconds.
     pub fixed_ns: u64,
@@ -409,6 +412,15 @@ pub struct MoveCostStatus {
     /// The moves the fit uses: the latest ones, at most 64 (0: the price
     /// is the configured prior).
     pub fit_moves: u64,
+    /// The price is the configured one whatever the moves cost
+    /// (`--move-cost fixed`: nothing is learned); false: learned.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fixed_price: bool,
+    /// The moves the policy refused for their price since the loop
+    /// started: in a round, a core left above the target load because no
+    /// move of its buckets gained more than it cost, where at no cost one
+    /// would have helped (numa-sched's `RebalancePlan::priced_out`).
+    pub refused_for_cost: u64,
 }
 
 /// Queue-pair mode's counters: its application threads, the connections

@@ -163,6 +163,8 @@ pub enum RebalanceMode {
     Auto,
 }
 
+pub use crate::auto_rebalance::MovePrice;
+
 /// The rebalancing flags of a TCP service, and its control socket.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct RebalanceArgs {
@@ -172,6 +174,13 @@ pub struct RebalanceArgs {
     /// flowlane can write: `--bed`, or a NIC with RSS), `off` elsewhere.
     #[arg(long, value_enum)]
     pub rebalance: Option<RebalanceMode>,
+    /// What `--rebalance auto` prices a bucket move at, against the load it
+    /// takes off the busier core: `learned` from the moves made (their
+    /// measured durations; the configured 20 µs + 2 µs a connection until
+    /// moves are made, and again once they are old), or always that
+    /// configured price (`fixed`).
+    #[arg(long, value_enum, default_value_t = MovePrice::Learned)]
+    pub move_cost: MovePrice,
     /// For tests: move a random bucket that has connections to another
     /// queue every MS milliseconds, whatever the load (a rebalancing storm).
     #[arg(long, value_name = "MS", hide = true)]
@@ -196,7 +205,7 @@ impl RebalanceArgs {
             (Some(ms), _) => Some(Mode::Storm {
                 interval: std::time::Duration::from_millis(ms.max(1)),
             }),
-            (None, Some(RebalanceMode::Auto)) => Some(Mode::Auto),
+            (None, Some(RebalanceMode::Auto)) => Some(Mode::Auto(self.move_cost)),
             (None, Some(RebalanceMode::Off) | None) => None,
         }
     }
@@ -208,7 +217,7 @@ impl RebalanceArgs {
         match (self.requested(), self.rebalance) {
             (Some(mode), _) => Wish::Run(mode),
             (None, Some(_)) => Wish::Off,
-            (None, None) => Wish::Default,
+            (None, None) => Wish::Default(self.move_cost),
         }
     }
 
@@ -502,9 +511,20 @@ mod tests {
                 .rebalance
                 .wish()
         };
-        assert_eq!(wish(&[]), Wish::Default);
+        assert_eq!(wish(&[]), Wish::Default(MovePrice::Learned));
         assert_eq!(wish(&["--rebalance", "off"]), Wish::Off);
-        assert_eq!(wish(&["--rebalance", "auto"]), Wish::Run(Mode::Auto));
+        assert_eq!(
+            wish(&["--rebalance", "auto"]),
+            Wish::Run(Mode::Auto(MovePrice::Learned))
+        );
+        assert_eq!(
+            wish(&["--rebalance", "auto", "--move-cost", "fixed"]),
+            Wish::Run(Mode::Auto(MovePrice::Fixed))
+        );
+        assert_eq!(
+            wish(&["--move-cost", "fixed"]),
+            Wish::Default(MovePrice::Fixed)
+        );
         let storm = Wish::Run(Mode::Storm {
             interval: std::time::Duration::from_millis(10),
         });

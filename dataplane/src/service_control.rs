@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::auto_rebalance::{AutoRebalance, Mode, MoveWhy, Tried, Wish};
+use crate::auto_rebalance::{AutoRebalance, Mode, MovePrice, MoveWhy, Tried, Wish};
 use crate::bucket_counters::BucketSnapshot;
 use crate::control_socket::{
     self, ControlSocket, FlowAnswer, FlowQuery, MoveCause, MoveCostStatus, MoveHistory,
@@ -493,7 +493,7 @@ impl ServiceControl {
         if let Some(mut socket) = self.socket.take() {
             self.control_dropped = socket.clients_dropped();
             socket.poll(|req| match req {
-                Request::Status => Response::Status(self.status(view)),
+                Request::Status => Response::Status(Box::new(self.status(view))),
                 Request::Counters => Response::Counters(Box::new(self.counters(view))),
                 Request::Hint { flow } => self.hint(view, &flow),
                 Request::Host | Request::Register { .. } => Response::Error {
@@ -609,11 +609,13 @@ impl ServiceControl {
 
     /// What the rebalancing loop prices a move at now (None: no loop).
     fn move_cost(&self) -> Option<MoveCostStatus> {
-        let (cost, fit_moves) = self.auto.as_ref()?.move_cost();
+        let p = self.auto.as_ref()?.move_cost();
         Some(MoveCostStatus {
-            fixed_ns: cost.fixed,
-            per_connection_ns: cost.per_connection,
-            fit_moves,
+            fixed_ns: p.cost.fixed,
+            per_connection_ns: p.cost.per_connection,
+            fit_moves: p.fit_moves,
+            fixed_price: p.price == MovePrice::Fixed,
+            refused_for_cost: p.priced_out,
         })
     }
 
@@ -646,7 +648,7 @@ impl ServiceControl {
     pub fn rebalance_mode(&self) -> &'static str {
         match self.auto.as_ref().map(AutoRebalance::mode) {
             None => "off",
-            Some(Mode::Auto) => "auto",
+            Some(Mode::Auto(_)) => "auto",
             Some(Mode::Storm { .. }) => "storm",
         }
     }
@@ -1042,10 +1044,10 @@ mod tests {
                 ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
             control.auto = Some(AutoRebalance::bare());
             let _ = control.move_by_hand(&view, 2, 1);
-            let fit_moves = control.auto.as_ref().unwrap().move_cost().1;
+            let fit_moves = control.auto.as_ref().unwrap().move_cost().fit_moves;
             assert_eq!(fit_moves, 1, "({takes}, {answers})");
             let _ = control.move_by_hand(&Refuses, 2, 1);
-            let fit_moves = control.auto.as_ref().unwrap().move_cost().1;
+            let fit_moves = control.auto.as_ref().unwrap().move_cost().fit_moves;
             assert_eq!(
                 fit_moves, 1,
                 "({takes}, {answers}): a refusal teaches nothing"
@@ -1072,6 +1074,8 @@ mod tests {
                 fixed_ns: prior.fixed,
                 per_connection_ns: prior.per_connection,
                 fit_moves: 0,
+                fixed_price: false,
+                refused_for_cost: 0,
             })
         );
         let _ = control.move_by_hand(&view, 2, 1);

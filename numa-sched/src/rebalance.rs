@@ -458,6 +458,12 @@ pub struct RebalancePlan {
     pub measured_max_over_mean: f64,
     /// `max / mean` of the model once the moves are applied.
     pub predicted_max_over_mean: f64,
+    /// The CPUs this round left above its target level for want of a move worth its price:
+    /// each gave nothing more because no move of its buckets gained more than it cost
+    /// ([`LoadSnapshot::move_cost`], else the configured costs), while at no cost one
+    /// would have helped (same holds, limits and destinations). Moves refused for their
+    /// price, one per CPU and round at most; 0 when the round was balanced or idle.
+    pub priced_out: usize,
 }
 
 impl RebalancePlan {
@@ -848,6 +854,7 @@ impl Rebalancer {
         let mut moves = Vec::new();
         let measured = sample.mean_max();
         let balanced = |ratio: f64| ratio <= 1.0 + config.threshold + EPSILON;
+        let mut priced_out = 0;
         let outcome = if averaged.1.min(measured.1) < config.min_load || averaged.0 <= EPSILON {
             RoundOutcome::Idle
         } else if balanced(averaged_ratio) {
@@ -863,7 +870,7 @@ impl Rebalancer {
                 is_held: &held,
                 blocked: &blocked,
             };
-            self.greedy(&mut model, mean, &eligible, &filter, budget, &mut moves);
+            priced_out = self.greedy(&mut model, mean, &eligible, &filter, budget, &mut moves);
             if !moves.is_empty() {
                 RoundOutcome::Moved
             } else if budget == 0 || model.any_move(mean, &eligible, &config, None, true) {
@@ -935,6 +942,7 @@ impl Rebalancer {
             averaged_max_over_mean: averaged_ratio,
             measured_max_over_mean: ratio(measured),
             predicted_max_over_mean: ratio((mean, predicted_max)),
+            priced_out,
         })
     }
 
@@ -1057,7 +1065,8 @@ impl Rebalancer {
     /// were above the threshold at the start, gives its best bucket to the best destination;
     /// a core with no helpful move is passed over for the rest of the round, and a core that
     /// gave is no destination for the rest of it (a bucket bigger than the gap can leave it
-    /// below the mean; it would give and take in one round).
+    /// below the mean; it would give and take in one round). Returns how many cores were
+    /// passed over for want of a move worth its price ([`RebalancePlan::priced_out`]).
     fn greedy(
         &self,
         model: &mut Model,
@@ -1066,7 +1075,8 @@ impl Rebalancer {
         filter: &Filter<'_>,
         budget: usize,
         moves: &mut Vec<BucketMove>,
-    ) {
+    ) -> usize {
+        let mut priced_out = 0;
         let stop = mean * (1.0 + self.config.target);
         let mut exhausted = vec![false; model.cpus.len()];
         let mut no_dest = filter.no_dest.to_vec();
@@ -1092,9 +1102,15 @@ impl Rebalancer {
                     moves.push(model.apply(source, choice));
                     no_dest[source] = true;
                 }
-                None => exhausted[source] = true,
+                None => {
+                    exhausted[source] = true;
+                    if model.helps_at_no_cost(source, mean, &self.config, &round) {
+                        priced_out += 1;
+                    }
+                }
             }
         }
+        priced_out
     }
 
     /// RSS++'s adaptive period: the minimum above the urgent imbalance, halved above the
@@ -1476,6 +1492,24 @@ impl Model {
     /// (None: nothing held or skipped), within the connection limits if `limits` (tells
     /// [`RoundOutcome::Waiting`], [`RoundOutcome::ConnectionLimit`] and
     /// [`RoundOutcome::NoHelpfulMove`] apart).
+    /// Whether `source` would have a move at no cost ([`Model::best_move`] with the costs
+    /// at zero, the same `filter` and limits): the move it has none of at its price was
+    /// refused for that price.
+    fn helps_at_no_cost(
+        &mut self,
+        source: usize,
+        mean: f64,
+        config: &RebalanceConfig,
+        filter: &Filter<'_>,
+    ) -> bool {
+        let costs = std::mem::take(&mut self.costs);
+        let helps = self
+            .best_move(source, mean, config, Some(filter), true)
+            .is_some();
+        self.costs = costs;
+        helps
+    }
+
     fn any_move(
         &self,
         mean: f64,

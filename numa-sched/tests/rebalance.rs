@@ -588,6 +588,7 @@ fn a_huge_bucket_stays_alone_and_nothing_else_moves() {
         let plan = sim.round(&mut r);
         assert!(plan.moves.is_empty());
         assert_eq!(plan.outcome, RoundOutcome::NoHelpfulMove);
+        assert_eq!(plan.priced_out, 0, "no move would help at any price");
     }
     assert_eq!(sim.history.len(), moves);
     assert_eq!(r.period(), RebalanceConfig::default().max_period);
@@ -894,6 +895,7 @@ fn a_costly_bucket_stays_where_a_cheap_one_moves() {
     let plan = sim.round(&mut rebalancer());
     assert!(plan.moves.is_empty(), "{plan:?}");
     assert_eq!(plan.outcome, RoundOutcome::NoHelpfulMove);
+    assert_eq!(plan.priced_out, 1, "refused for its price");
     let mut sim = Sim::new(topo, cpus, table, load);
     sim.connections[1] = 100;
     let plan = sim.round(&mut rebalancer());
@@ -1365,19 +1367,20 @@ fn a_learned_move_cost_in_the_snapshot_prices_the_moves() {
                 move_cost,
             })
             .unwrap();
-        (plan.outcome, plan.moves.len())
+        (plan.outcome, plan.moves.len(), plan.priced_out)
     };
-    assert_eq!(round(None), (RoundOutcome::Moved, 1));
+    assert_eq!(round(None), (RoundOutcome::Moved, 1, 0));
     let learned = MoveCost {
         fixed: 60_000_000,
         per_connection: 0,
     };
-    assert_eq!(round(Some(learned)), (RoundOutcome::NoHelpfulMove, 0));
+    // Refused for its price (the plan says so): at no cost it would have moved.
+    assert_eq!(round(Some(learned)), (RoundOutcome::NoHelpfulMove, 0, 1));
     let cheap = MoveCost {
         fixed: 40_000_000,
         per_connection: 0,
     };
-    assert_eq!(round(Some(cheap)), (RoundOutcome::Moved, 1));
+    assert_eq!(round(Some(cheap)), (RoundOutcome::Moved, 1, 0));
 }
 
 /// The plan says the level its sources were above (`over`) and each move the cost it was
