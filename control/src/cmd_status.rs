@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::Args as ClapArgs;
 use flowlane_daemon::ask::{ask_all, NoAnswer};
 use flowlane_dataplane::control_socket::{
-    self, HostStatus, NicReport, Request, Response, ServiceStatus,
+    self, HostStatus, MoveCostStatus, NicReport, Request, Response, ServiceStatus,
 };
 use flowlane_numa_sched::DoneBy;
 use serde_json::{json, Value};
@@ -65,6 +65,9 @@ fn service_json(s: &ServiceStatus, pid: Option<u32>) -> Value {
         "moves_done": s.moves.done,
         "moves_failed": s.moves.failed,
         "moves_landed_with_error": s.moves.landed_with_error,
+        // What the rebalancing loop prices a move at, as `flowlane
+        // rebalance status --json` says it (the service's own answer).
+        "move_cost": s.move_cost,
         "queues": s.queues.iter().map(|q| json!({
             "queue": q.queue,
             "cpu": q.cpu,
@@ -74,6 +77,14 @@ fn service_json(s: &ServiceStatus, pid: Option<u32>) -> Value {
             "table_entries": entries(q.queue),
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The line of a service's part of the screen (`service_json`) that says
+/// what its rebalancing loop prices a move at, as `flowlane rebalance
+/// status` says it; None without a loop.
+fn price_text(s: &Value) -> Option<String> {
+    let cost: MoveCostStatus = serde_json::from_value(s.get("move_cost")?.clone()).ok()?;
+    Some(crate::cmd_rebalance::price_line(&cost))
 }
 
 /// One owned NIC's part of the screen.
@@ -321,6 +332,9 @@ pub(crate) fn run(args: Args) -> Result<()> {
             s["moves_done"],
             s["moves_failed"]
         );
+        if let Some(line) = price_text(s) {
+            outln!("    {line}");
+        }
         let kernel = s["backend"] == "kernel";
         for q in s["queues"].as_array().into_iter().flatten() {
             // A kernel-socket service's cores are listed as queues, and so
@@ -433,6 +447,39 @@ fn services_line(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A service's part of `flowlane status --json` carries its loop's
+    /// move price as `flowlane rebalance status --json` does (the same
+    /// field of the service's answer), and the text form says it in
+    /// `flowlane rebalance status`'s words; neither without a loop.
+    #[test]
+    fn a_service_shows_its_move_price_as_rebalance_status_does() {
+        let mut s = crate::cmd_rebalance::tests::status(1, Vec::new(), Default::default());
+        let shown = service_json(&s, None);
+        assert_eq!(shown["move_cost"], Value::Null, "{shown}");
+        assert_eq!(price_text(&shown), None);
+        s.move_cost = Some(MoveCostStatus {
+            fixed_ns: 9_860_000,
+            per_connection_ns: 2_000,
+            fit_moves: 12,
+            fixed_price: false,
+            refused_for_cost: 3,
+        });
+        let shown = service_json(&s, None);
+        let rebalance_status = serde_json::to_value(&s).unwrap();
+        assert_eq!(shown["move_cost"], rebalance_status["move_cost"], "{shown}");
+        assert_eq!(shown["move_cost"]["fixed_ns"], 9_860_000);
+        assert_eq!(shown["move_cost"]["per_connection_ns"], 2_000);
+        assert_eq!(shown["move_cost"]["fit_moves"], 12);
+        assert_eq!(shown["move_cost"]["refused_for_cost"], 3);
+        assert_eq!(
+            price_text(&shown).as_deref(),
+            Some(
+                "a move is priced at 9.86 ms + 2.0 us a connection (learned from the latest \
+                 12 moves); 3 moves refused for their price"
+            )
+        );
+    }
 
     /// Services that could not be read, or registered where only a daemon
     /// that could not be asked knows, are said, never "none running".
