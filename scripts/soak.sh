@@ -12,6 +12,7 @@
 #
 #   scripts/soak.sh [--minutes N] [--mode rtc|queue-pair] [--service LIST]
 #                   [--settle-s S] [--flowlane BIN] [--out DIR] [--msl-ms MS]
+#                   [--service-flags FLAGS] [--rebalance-poll-ms MS]
 #
 #   --minutes N     minutes of load (default 30), the first 2 of them warm-up
 #   --mode M        rtc (default) or queue-pair: where the handlers run
@@ -25,6 +26,17 @@
 #   --out DIR       where the table, samples.jsonl and the logs are kept
 #                   (default ./flowlane-soak-<date>-<time>/)
 #   --msl-ms MS     the services' MSL (default the stack's, 30 s)
+#   --service-flags FLAGS  more flags for every service, split on spaces
+#                   (e.g. "--move-cost fixed" or "--rebalance off": an A/B
+#                   of the rebalancer is two runs, one after the other)
+#   --rebalance-poll-ms MS  every MS ms during the load, each service's
+#                   `flowlane rebalance status --json` into
+#                   rebalance-SERVICE.jsonl, and at the end a table of what
+#                   its rebalancing loop did (rebalance.txt): moves made,
+#                   failed, connections they carried, moves refused for
+#                   their price, the price, and the queues' skew (busiest
+#                   queue's busy time over the mean, per window and per
+#                   minute; default 0: not polled)
 #
 # The mix, from the bed's peer namespace, in cycles: wrk keep-alive and
 # `Connection: close` load and curl loops (http), many short echo
@@ -65,6 +77,8 @@ SETTLE=240
 FL=
 OUT=
 MSL=
+SFLAGS=
+POLL_MS=0
 WARMUP_MIN=2
 while (($#)); do
   case $1 in
@@ -75,12 +89,17 @@ while (($#)); do
     --flowlane) FL=${2:?}; shift 2 ;;
     --out) OUT=${2:?}; shift 2 ;;
     --msl-ms) MSL=${2:?}; shift 2 ;;
+    --service-flags) SFLAGS=${2?}; shift 2 ;;
+    --rebalance-poll-ms) POLL_MS=${2:?}; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "soak: unknown flag $1 (see scripts/soak.sh --help)" >&2; exit 2 ;;
   esac
 done
 [[ $MINUTES =~ ^[0-9]+$ ]] && ((MINUTES >= 3)) || { echo "soak: --minutes must be a whole number, 3 or more" >&2; exit 2; }
 [[ $SETTLE =~ ^[0-9]+$ ]] && ((SETTLE >= 60)) || { echo "soak: --settle-s must be a whole number, 60 or more" >&2; exit 2; }
+[[ $POLL_MS =~ ^[0-9]+$ ]] || { echo "soak: --rebalance-poll-ms must be a whole number of milliseconds (0: off)" >&2; exit 2; }
+((POLL_MS == 0)) || command -v jq >/dev/null || { echo "soak: --rebalance-poll-ms needs jq: install it (apt-get install jq)" >&2; exit 1; }
+read -r -a SERVICE_FLAGS <<<"$SFLAGS"
 case $MODE in rtc | queue-pair) ;; *) echo "soak: --mode must be rtc or queue-pair" >&2; exit 2 ;; esac
 IFS=, read -r -a SVC <<<"$SERVICES"
 for s in "${SVC[@]}"; do
@@ -434,6 +453,69 @@ def verdict(work):
     print("\n".join(lines))
     return ok
 
+def rebalance(out, services):
+    """What each service's rebalancing loop did over the load (its move
+    lines in service-S.log, its status polled into rebalance-S.jsonl)."""
+    def q(xs, p):
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(p * len(xs)))] if xs else float("nan")
+    for s in services:
+        moves = []
+        for line in open(os.path.join(out, "service-%s.log" % s), errors="replace"):
+            if line.startswith("{"):
+                try:
+                    m = json.loads(line)
+                except ValueError:
+                    continue
+                if m.get("event") == "move" and str(m.get("cause", "")).startswith("balance"):
+                    moves.append(m)
+        done = [m for m in moves if "error" not in m]
+        polls = []
+        try:
+            for line in open(os.path.join(out, "rebalance-%s.jsonl" % s)):
+                try:
+                    polls.append(json.loads(line))
+                except ValueError:
+                    pass
+        except OSError:
+            pass
+        windows = []  # (seconds since the first poll, busiest / mean)
+        for a, b in zip(polls, polls[1:]):
+            sa, sb = a["status"], b["status"]
+            span = sb["uptime_ns"] - sa["uptime_ns"]
+            if span <= 0:
+                continue
+            was = {x["queue"]: x["busy_ns"] for x in sa["queues"]}
+            busy = [(x["busy_ns"] - was.get(x["queue"], 0)) / span for x in sb["queues"]]
+            mean = sum(busy) / len(busy) if busy else 0
+            if mean >= 0.05:  # as bench skew: windows under 5 % busy carry no load to judge
+                windows.append((b["t"] - polls[0]["t"], max(busy) / mean))
+        price = polls[-1]["status"].get("move_cost") if polls else None
+        fixed = [p["status"]["move_cost"]["fixed_ns"] / 1e6 for p in polls if p["status"].get("move_cost")]
+        ratios = [r for _, r in windows]
+        print("rebalance %s: %d loop moves made, %d failed, %d connections moved, "
+              "move duration median %.1f ms p90 %.1f ms" % (
+                  s, len(done), len(moves) - len(done),
+                  sum(m.get("connections", 0) for m in done),
+                  q([m.get("duration_us", 0) / 1e3 for m in done], 0.5),
+                  q([m.get("duration_us", 0) / 1e3 for m in done], 0.9)))
+        if price:
+            print("rebalance %s: %s refused for their price; price at the end %.2f ms + %.1f us a connection "
+                  "(%s), fixed part over the run min %.2f median %.2f max %.2f ms" % (
+                      s, price.get("refused_for_cost", 0), price["fixed_ns"] / 1e6,
+                      price["per_connection_ns"] / 1e3,
+                      "fixed" if price.get("fixed_price") else "learned from %d moves" % price["fit_moves"],
+                      min(fixed), q(fixed, 0.5), max(fixed)))
+        print("rebalance %s: skew (busiest queue / mean, %d windows of %d polls with load): "
+              "median %.2f p90 %.2f, over 1.2 in %.0f %% of them" % (
+                  s, len(windows), len(polls), q(ratios, 0.5), q(ratios, 0.9),
+                  100.0 * sum(r > 1.2 for r in ratios) / max(1, len(ratios))))
+        per_min = {}
+        for t, r in windows:
+            per_min.setdefault(int(t // 60), []).append(r)
+        print("rebalance %s: skew median by minute: %s" % (
+            s, " ".join("%d:%.2f" % (m + 1, q(v, 0.5)) for m, v in sorted(per_min.items()))))
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "clients": clients(args[0], int(args[1]), int(args[2]))
@@ -450,6 +532,7 @@ if __name__ == "__main__":
             print(fmt(r, prev.get(r["service"])), flush=True)
         json.dump({r["service"]: r.get("cpu_s") for r in rows}, open(os.path.join(work, "cpu.json"), "w"))
     elif cmd == "header": print(HEADER)
+    elif cmd == "rebalance": rebalance(args[0], args[1:])
     elif cmd == "verdict": sys.exit(0 if verdict(args[0]) else 1)
 PYEOF
 
@@ -469,7 +552,7 @@ for s in "${SVC[@]}"; do
   extra=(--idle-timeout 30 --frames-per-queue 32768)
   [ "$s" = http ] && extra+=(--body "$BODY")
   "$FL" "${CMD[$s]}" --bed "$bed" --mode "$MODE" --port "${PORT[$s]}" ${MSL:+--msl-ms "$MSL"} \
-    --control-socket "$WORK/ctl/$s.sock" --daemon-socket none "${extra[@]}" >"$OUT/service-$s.log" 2>&1 &
+    --control-socket "$WORK/ctl/$s.sock" --daemon-socket none "${extra[@]}" ${SERVICE_FLAGS[@]+"${SERVICE_FLAGS[@]}"} >"$OUT/service-$s.log" 2>&1 &
   PIDS+=($!)
 done
 DPORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -557,9 +640,20 @@ chaos() {
   done
 }
 
+# poll KIND: the service's rebalancing status every --rebalance-poll-ms,
+# one JSON line each ({"t": unix seconds, "status": ...}).
+poll() {
+  local s=$1
+  while :; do
+    "$FL" rebalance status --socket "$WORK/ctl/$s.sock" --interval-ms 0 --json 2>/dev/null |
+      jq -c --argjson t "$(date +%s.%N)" '{t: $t, status: .}' >>"$OUT/rebalance-$s.jsonl" || true
+    sleep "$(awk -v ms="$POLL_MS" 'BEGIN { printf "%.3f", ms / 1000 }')"
+  done
+}
+
 KINDS=()
 for s in "${SVC[@]}"; do KINDS+=("$s=${CMD[$s]}"); done
-echo "soak: $MINUTES min of load (the first $WARMUP_MIN warm-up), then ${SETTLE}s idle; mode $MODE; services ${SVC[*]}; beds ${BEDS[*]}; out $OUT" | tee "$OUT/table.txt"
+echo "soak: $MINUTES min of load (the first $WARMUP_MIN warm-up), then ${SETTLE}s idle; mode $MODE; services ${SVC[*]}${SFLAGS:+ with $SFLAGS}; beds ${BEDS[*]}; out $OUT" | tee "$OUT/table.txt"
 for s in "${SVC[@]}"; do
   export -f load chaos
   export WORK PY FL OUT
@@ -567,6 +661,12 @@ for s in "${SVC[@]}"; do
   GROUPS_+=($!)
   setsid bash -c "$(declare -p BEDOF); chaos $s" >>"$OUT/chaos-$s.log" 2>&1 &
   GROUPS_+=($!)
+  if ((POLL_MS > 0)); then
+    export -f poll
+    export POLL_MS
+    setsid bash -c "poll $s" >>"$OUT/poll-$s.log" 2>&1 &
+    GROUPS_+=($!)
+  fi
   disown -a
 done
 "$PY" "$WORK/soak.py" header | tee -a "$OUT/table.txt"
@@ -593,6 +693,9 @@ while ((left > 0)); do
   row idle "$m"
 done
 cp "$WORK/samples.jsonl" "$OUT/"
+if ((POLL_MS > 0)); then
+  "$PY" "$WORK/soak.py" rebalance "$OUT" "${SVC[@]}" | tee "$OUT/rebalance.txt" | tee -a "$OUT/table.txt"
+fi
 if "$PY" "$WORK/soak.py" verdict "$WORK" | tee -a "$OUT/table.txt"; then
   echo "soak: PASS (table and samples in $OUT)" | tee -a "$OUT/table.txt"
   exit 0
