@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use flowlane_dataplane::control_socket::{request, Request, Response};
 use flowlane_testbed::net_counters::{self, NetCounters};
-use flowlane_tests::{flowlane, require_root, text, Bed};
+use flowlane_tests::{flowlane, require_root, text, Bed, OpenDir};
 use serde_json::Value;
 use tcp_common::*;
 
@@ -223,7 +223,9 @@ fn a_skewed_start_is_rebalanced_without_loss_or_reset() {
     // Every bucket on queue 0: the skew.
     let o = flowlane(&["testbed", "set-rss", "--bed", &bed.name, "--spread", "0"]);
     assert!(o.status.success(), "{}", text(&o));
-    let sock = std::env::temp_dir().join(format!("{}.sock", bed.name));
+    // The service's socket alone in a run directory, for `flowlane status`.
+    let run = OpenDir::new("fl-rbs-run");
+    let sock = run.path(&format!("{}.sock", bed.name));
     let flags = [
         "--rebalance",
         "auto",
@@ -232,8 +234,10 @@ fn a_skewed_start_is_rebalanced_without_loss_or_reset() {
     ];
     // While the senders send, the service's counters carry its loop's
     // price of a move (what the daemon serves as
-    // flowlane_rebalance_move_cost_*): the prior at first, then learned.
+    // flowlane_rebalance_move_cost_*): the prior at first, then learned;
+    // and `flowlane status` shows it, as `flowlane rebalance status` does.
     let mut priced = Vec::new();
+    let mut screens = Vec::new();
     let r = run_during(&bed, 16, Load::Bytes(24 << 20), &flags, |senders_done| {
         while !senders_done() {
             std::thread::sleep(Duration::from_millis(100));
@@ -242,9 +246,39 @@ fn a_skewed_start_is_rebalanced_without_loss_or_reset() {
             {
                 priced.push(c.move_cost);
             }
+            if screens.is_empty() && priced.len() >= 5 {
+                let status = |json: bool| {
+                    let mut args = vec!["status", "--run-dir", run.0.to_str().unwrap()];
+                    args.extend(["--daemon-socket", "none"]);
+                    if json {
+                        args.push("--json");
+                    }
+                    flowlane(&args)
+                };
+                screens.push((status(true), status(false)));
+            }
         }
     });
     assert!(!priced.is_empty(), "the control socket never answered");
+    let (json, screen) = screens.first().expect("the senders ended before a status");
+    assert!(json.status.success(), "{}", text(json));
+    let v: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let shown = &v["services"][0]["move_cost"];
+    eprintln!("flowlane status --json: move_cost {shown}");
+    for key in [
+        "fixed_ns",
+        "per_connection_ns",
+        "fit_moves",
+        "refused_for_cost",
+    ] {
+        assert!(shown[key].as_u64().is_some(), "{key}: {v}");
+    }
+    assert!(shown["fit_moves"].as_u64().unwrap() <= 64, "{v}");
+    let screen = String::from_utf8_lossy(&screen.stdout);
+    assert!(
+        screen.contains("a move is priced at") && screen.contains("refused for"),
+        "{screen}"
+    );
     assert!(priced.iter().all(Option::is_some), "{priced:?}");
     let fitted = priced.iter().flatten().map(|c| c.fit_moves).max();
     eprintln!("move cost as served: {:?}", priced.last());
