@@ -372,7 +372,7 @@ FRAMES_PER_QUEUE = 32768
 # The TCP counters that are levels, not totals: they may go down.
 GAUGES = {"connections", "time_wait", "in_syn_sent", "in_syn_received", "in_established",
           "in_fin_wait1", "in_fin_wait2", "in_closing", "in_time_wait", "in_close_wait",
-          "in_last_ack", "neighbor_entries", "finishing", "connection_limit", "buffer_memory",
+          "in_last_ack", "neighbor_entries", "finishing", "connection_limit", "buffer_memory", "buffer_memory_cached",
           "recv_memory_committed", "frames_lent", "buckets_published_seq",
           "buckets_published_ns", "buckets_busy_ns", "tx_outstanding_max", "frames_late_max_us",
           "rx_memory_peak", "tx_memory_peak", "frames_free", "frames_fill", "frames_tx",
