@@ -34,6 +34,8 @@ pub(crate) const SMALL_CHUNK_SIZE: usize = 16;
 
 use std::collections::VecDeque;
 
+use crate::kept::{Kept, TRIM_FLOOR_BYTES};
+
 /// One chunk of buffer memory: [`CHUNK_SIZE`] or [`SMALL_CHUNK_SIZE`]
 /// bytes.
 pub(crate) type Chunk = Box<[u8]>;
@@ -44,44 +46,6 @@ pub(crate) type ChunkList = VecDeque<Chunk>;
 /// The largest list kept for reuse, in chunks it has room for: a list that
 /// grew for a window of megabytes goes back to the allocator instead.
 const KEPT_LIST_ROOM: usize = 8;
-
-/// Free chunks (or lists) kept below which [`ChunkPool::trim`] gives back
-/// nothing: a quarter of a MiB of each size, what an idle queue's next few
-/// connections take without asking the allocator.
-const TRIM_FLOOR_BYTES: usize = 256 * 1024;
-
-/// Free things of one kind kept for reuse, last in first out, and the
-/// fewest kept since the last trim (those below it were not taken since).
-#[derive(Debug, Default)]
-struct Kept<T> {
-    /// The free ones; the top is the warmest.
-    free: Vec<T>,
-    /// The fewest `free` held since the last [`Kept::trim`].
-    low: usize,
-}
-
-impl<T> Kept<T> {
-    /// The warmest one, if any.
-    #[inline]
-    fn pop(&mut self) -> Option<T> {
-        let t = self.free.pop();
-        self.low = self.low.min(self.free.len());
-        t
-    }
-
-    /// Gives back half (rounded up) of those past `floor` that no one took
-    /// since the last trim, the coldest first; how many went.
-    fn trim(&mut self, floor: usize) -> usize {
-        let idle = self.low.min(self.free.len()).saturating_sub(floor);
-        let n = idle.div_ceil(2);
-        self.free.drain(..n);
-        if self.free.capacity() > 2 * self.free.len().max(floor) {
-            self.free.shrink_to(self.free.len().max(floor));
-        }
-        self.low = self.free.len();
-        n
-    }
-}
 
 /// Free chunks of both sizes and what is handed out; empty chunk lists kept
 /// for the next connection's first bytes.
@@ -153,8 +117,8 @@ impl ChunkPool {
         } else {
             (&mut self.free, self.keep)
         };
-        if free.free.len() < keep {
-            free.free.push(chunk);
+        if free.len() < keep {
+            free.push(chunk);
         } else {
             self.returned += size;
         }
@@ -181,7 +145,7 @@ impl ChunkPool {
         debug_assert!(list.is_empty(), "chunks go back one by one first");
         let room = list.capacity();
         if room > 0 && room <= KEPT_LIST_ROOM {
-            self.lists.free.push(list);
+            self.lists.push(list);
         }
     }
 
@@ -204,7 +168,7 @@ impl ChunkPool {
 
     /// Bytes of the free chunks kept for reuse.
     pub(crate) fn cached_bytes(&self) -> usize {
-        self.free.free.len() * CHUNK_SIZE + self.free_small.free.len() * SMALL_CHUNK_SIZE
+        self.free.len() * CHUNK_SIZE + self.free_small.len() * SMALL_CHUNK_SIZE
     }
 
     /// Chunks held by buffers.
@@ -240,13 +204,13 @@ impl ChunkPool {
     /// Free chunks kept for reuse.
     #[cfg(test)]
     pub(crate) fn cached(&self) -> usize {
-        self.free.free.len() + self.free_small.free.len()
+        self.free.len() + self.free_small.len()
     }
 
     /// Empty chunk lists kept for reuse.
     #[cfg(test)]
     pub(crate) fn cached_lists(&self) -> usize {
-        self.lists.free.len()
+        self.lists.len()
     }
 }
 

@@ -53,6 +53,7 @@ mod ecn;
 mod flow_key;
 mod flow_label;
 mod isn;
+pub mod kept;
 #[cfg(test)]
 mod layout;
 mod lent_frames;
