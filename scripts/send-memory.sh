@@ -11,7 +11,11 @@
 # send memory (`Config::send_memory`, `--send-memory`); the kernel backend
 # both (`Limits::rx_memory`, `tx_memory`), Linux both (tcp_mem).
 #
-#   scripts/send-memory.sh [xdp|kernel ...]     # default: xdp kernel
+#   scripts/send-memory.sh [xdp|kernel|xdp-qp|kernel-qp ...]   # default: xdp kernel
+#
+# `xdp-qp` and `kernel-qp` run the same backends in queue-pair mode
+# (`--mode queue-pair`: the handlers on application threads, the bytes
+# carried through each core's relay, whose memory `flowlane-qp` bounds).
 #
 # Environment: FLOWLANE (the binary; default: builds target/release/flowlane),
 # CONNS (4000), BYTES (262144), SECS (30). Needs root and python3.
@@ -27,7 +31,7 @@ BACKENDS=("$@")
 ((${#BACKENDS[@]})) || BACKENDS=(xdp kernel)
 CONNS=${CONNS:-4000} BYTES=${BYTES:-262144} SECS=${SECS:-30}
 for b in "${BACKENDS[@]}"; do
-  case $b in xdp | kernel) ;; *) echo "send-memory: a backend is xdp or kernel (got '$b')" >&2; exit 2 ;; esac
+  case $b in xdp | kernel | xdp-qp | kernel-qp) ;; *) echo "send-memory: a backend is xdp, kernel, xdp-qp or kernel-qp (got '$b')" >&2; exit 2 ;; esac
 done
 for v in CONNS BYTES SECS; do
   case ${!v} in '' | *[!0-9]*) echo "send-memory: $v must be a whole number (got '${!v}')" >&2; exit 2 ;; esac
@@ -99,7 +103,9 @@ EOF
 rss() { awk '/^RssAnon/ {print $2}' "/proc/$1/status"; }
 "$BIN" testbed up --bed "$BED" --queues 2 >/dev/null
 for b in "${BACKENDS[@]}"; do
-  "$BIN" echo-server --bed "$BED" --port 7 --backend "$b" >"$WORK/$b.out" 2>"$WORK/$b.err" &
+  mode=()
+  [[ $b == *-qp ]] && mode=(--mode queue-pair)
+  "$BIN" echo-server --bed "$BED" --port 7 --backend "${b%-qp}" "${mode[@]}" >"$WORK/$b.out" 2>"$WORK/$b.err" &
   SVC_PID=$!
   for _ in $(seq 100); do
     ip netns exec "flowlane-$BED" ss -ltn 'sport = :7' | grep -q LISTEN && break

@@ -364,6 +364,20 @@ const RELAY_ROWS: &[Row<RelayMemoryCounters>] = &[
         ["direction" = "send"],
         |m: RelayMemoryCounters| m.tx_waits
     ),
+    row!(
+        "flowlane_qp_buffer_memory_cached_bytes",
+        "Queue-pair mode: free receive buffers the core's relay keeps for reuse: what a busy spell left, half of what lay idle given back to the allocator each second.",
+        G,
+        [],
+        |m: RelayMemoryCounters| m.pool_cached
+    ),
+    row!(
+        "flowlane_qp_buffer_memory_returned_bytes",
+        "Queue-pair mode: buffer memory the core's relay gave back to the allocator: free receive buffers past what it keeps, and those its trims found idle.",
+        C,
+        [],
+        |m: RelayMemoryCounters| m.returned
+    ),
 ];
 
 /// The interface's own counters, per service (what the device saw,
@@ -1403,6 +1417,8 @@ mod tests {
                     tx_held: 300,
                     tx_peak: 7000,
                     tx_waits: 3,
+                    pool_cached: 256 << 10,
+                    returned: 12 << 20,
                 },
                 RelayMemoryCounters {
                     core: 1,
@@ -1474,15 +1490,24 @@ mod tests {
             &format!(r#"flowlane_qp_memory_bytes{{{service},queue="5",direction="send"}}"#)
         )
         .ends_with(" 1"));
+        // What its relay's pool keeps and gave back.
+        for (name, value) in [
+            ("flowlane_qp_buffer_memory_cached_bytes", "262144"),
+            ("flowlane_qp_buffer_memory_returned_bytes_total", "12582912"),
+        ] {
+            let series = format!(r#"{name}{{{core0}}}"#);
+            assert_eq!(line(&page, &series), format!("{series} {value}"));
+        }
         assert!(page.contains("# TYPE flowlane_qp_memory_waits_total counter\n"));
+        assert!(page.contains("# TYPE flowlane_qp_buffer_memory_returned_bytes_total counter\n"));
         assert!(page.contains("# TYPE flowlane_qp_dead_threads gauge\n"));
-        // Three cores, two directions, four families.
+        // Three cores, two directions, four families; two of the pool's.
         let of = |pid: &str| {
             page.lines()
                 .filter(|l| l.starts_with("flowlane_qp_") && l.contains(&format!(r#"pid="{pid}""#)))
                 .count()
         };
-        assert_eq!(of("41"), 6 + 3 * 2 * 4);
+        assert_eq!(of("41"), 6 + 3 * 2 * 4 + 3 * 2);
         assert_eq!(of("42"), 0, "rtc mode: none");
     }
 

@@ -477,6 +477,14 @@ pub struct RelayMemoryCounters {
     pub tx_peak: u64,
     /// Connections whose sends began to wait for send memory.
     pub tx_waits: u64,
+    /// Bytes of receive buffers its pool keeps for reuse, as of its last
+    /// trim (each second; what a busy spell left, halved each second it
+    /// lies idle).
+    pub pool_cached: u64,
+    /// Bytes of buffers it gave back to the allocator so far (trimmed from
+    /// its pool, or past its bound): with the stacks' own, what the
+    /// service's heap trim watches.
+    pub returned: u64,
 }
 
 fn xdp() -> String {
@@ -2156,6 +2164,8 @@ mod tests {
                         tx_held: 30,
                         tx_peak: 40,
                         tx_waits: 2,
+                        pool_cached: 256 << 10,
+                        returned: 3 << 20,
                     })
                     .collect(),
             }),

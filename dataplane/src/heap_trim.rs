@@ -3,20 +3,24 @@
 //!
 //! Each worker's stack gives the free buffer memory a busy spell left back
 //! to the allocator as it lies idle (`Stack::trim_memory`), and the chunks
-//! it frees past what it keeps at once. glibc keeps what is freed in its
-//! arenas: the process's resident memory stays at the spell's peak until
-//! `malloc_trim` returns the whole free pages. The service's control loop
-//! (`service_control`, not a worker: a trim walks every arena and takes
-//! milliseconds on a heap of gigabytes) asks for one once the queues
-//! together returned [`HeapTrim::AFTER`] bytes since the last, at most
-//! every [`HeapTrim::EVERY`]: after a burst, not at each connection's end.
+//! it frees past what it keeps at once; in queue-pair mode each core's
+//! relay does the same with its pool of receive buffers (counted in its
+//! `RelayMemoryCounters::returned`, which the trim adds to the stacks').
+//! glibc keeps what is freed in its arenas: the process's resident memory
+//! stays at the spell's peak until `malloc_trim` returns the whole free
+//! pages. The service's control loop (`service_control`, not a worker: a
+//! trim walks every arena and takes milliseconds on a heap of gigabytes)
+//! asks for one once the queues together returned [`HeapTrim::AFTER`]
+//! bytes since the last, at most every [`HeapTrim::EVERY`]: after a
+//! burst, not at each connection's end.
 
 use std::time::{Duration, Instant};
 
 /// The heap trims a service made, and when the next may be.
 #[derive(Debug)]
 pub(crate) struct HeapTrim {
-    /// The queues' `buffer_memory_returned`, summed, at the last trim.
+    /// The queues' `buffer_memory_returned` (and the relays' `returned`),
+    /// summed, at the last trim.
     returned_at_last: u64,
     /// When the last trim was made (or the service started).
     last: Instant,

@@ -467,11 +467,17 @@ impl ServiceControl {
         self.load.tick(now, || {
             view.queue_counters().iter().map(|q| q.io.busy_ns).collect()
         });
+        let queue_pairs = &self.queue_pairs;
         self.heap.poll(
             now,
             || {
                 let queues = view.queue_counters();
-                queues.iter().map(|q| q.tcp.buffer_memory_returned).sum()
+                let stacks: u64 = queues.iter().map(|q| q.tcp.buffer_memory_returned).sum();
+                // In queue-pair mode, what the cores' relays gave back too.
+                let relays: u64 = queue_pairs.as_ref().map_or(0, |read| {
+                    (read.0)().relay_memory.iter().map(|m| m.returned).sum()
+                });
+                stacks + relays
             },
             || {
                 crate::sys::release_free_heap();
@@ -982,6 +988,39 @@ mod tests {
         orphaned.store(5, std::sync::atomic::Ordering::Relaxed);
         let qp = control.counters(&view).queue_pair.unwrap();
         assert_eq!(qp.connections_orphaned, 5, "read now, not when reported");
+    }
+
+    /// In queue-pair mode, the memory the cores' relays gave back counts
+    /// towards the heap trim, with the stacks' (none here): a busy spell
+    /// whose buffers the relays held is trimmed from the heap too.
+    #[test]
+    fn the_relays_returned_memory_counts_towards_the_heap_trim() {
+        let view = Scripted {
+            table: std::cell::RefCell::new(Vec::new()),
+            next: std::cell::Cell::new((false, false)),
+        };
+        let mut control = ServiceControl::without_rebalancing("test", SocketChoice::Off).unwrap();
+        let returned = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let read = returned.clone();
+        control.report_queue_pairs(move || QueuePairCounters {
+            relay_memory: vec![control_socket::RelayMemoryCounters {
+                core: 0,
+                returned: read.load(std::sync::atomic::Ordering::Relaxed),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        // A trim may be made at once (the service began long ago).
+        let long_ago = Instant::now()
+            .checked_sub(2 * HeapTrim::EVERY)
+            .unwrap_or_else(Instant::now);
+        control.heap = HeapTrim::new(long_ago);
+        control.poll_view(&view);
+        assert_eq!(control.heap.trims, 0, "nothing returned yet");
+        returned.store(HeapTrim::AFTER, std::sync::atomic::Ordering::Relaxed);
+        control.heap = HeapTrim::new(long_ago);
+        control.poll_view(&view);
+        assert_eq!(control.heap.trims, 1, "the relays' returned memory");
     }
 
     /// Only the loop's moves that failed with their bucket where it was

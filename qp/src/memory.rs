@@ -99,13 +99,20 @@ impl Budget {
 }
 
 /// One network core's budgets, shared by its relay and the application
-/// threads (which take from its `tx` as they send to it).
+/// threads (which take from its `tx` as they send to it); and what its
+/// relay's buffer pool keeps and gave back.
 #[derive(Debug)]
 pub(crate) struct CoreMemory {
     /// Received bytes handed to application threads, not read yet.
     pub(crate) rx: Budget,
     /// Bytes the threads asked to send that the stack has not taken.
     pub(crate) tx: Budget,
+    /// Bytes of receive buffers the relay keeps for reuse, as of its last
+    /// trim (a gauge, written by the relay each `relay::TRIM_EVERY`).
+    pool_cached: AtomicUsize,
+    /// Bytes of buffers the relay gave back to the allocator: trimmed
+    /// from its pool, or given back to it past its bound.
+    returned: AtomicU64,
 }
 
 impl CoreMemory {
@@ -113,6 +120,20 @@ impl CoreMemory {
         CoreMemory {
             rx: Budget::new(rx),
             tx: Budget::new(tx),
+            pool_cached: AtomicUsize::new(0),
+            returned: AtomicU64::new(0),
+        }
+    }
+
+    /// The relay's pool keeps `bytes` now.
+    pub(crate) fn set_pool_cached(&self, bytes: usize) {
+        self.pool_cached.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The relay gave `bytes` of buffers back to the allocator.
+    pub(crate) fn returned(&self, bytes: usize) {
+        if bytes > 0 {
+            self.returned.fetch_add(bytes as u64, Ordering::Relaxed);
         }
     }
 
@@ -129,6 +150,8 @@ impl CoreMemory {
             tx_held,
             tx_peak,
             tx_waits,
+            pool_cached: self.pool_cached.load(Ordering::Relaxed) as u64,
+            returned: self.returned.load(Ordering::Relaxed),
         }
     }
 }
@@ -298,6 +321,15 @@ pub struct RelayMemory {
     /// Connections whose sends began to wait for send memory (short
     /// sends, `Writable` once it frees).
     pub tx_waits: u64,
+    /// Bytes of receive buffers the relay keeps for reuse, as of its last
+    /// trim (each second): what a busy spell left, halved each second it
+    /// lies idle, down to 256 KiB
+    /// ([`flowlane_tcp::kept::TRIM_FLOOR_BYTES`]).
+    pub pool_cached: u64,
+    /// Bytes of buffers the relay gave back to the allocator so far
+    /// (trimmed from its pool, or past its bound): what the service's heap
+    /// trim watches, with the stacks' own.
+    pub returned: u64,
 }
 
 #[cfg(test)]
@@ -316,11 +348,9 @@ mod tests {
         b.give(30);
         assert_eq!(b.room(), 30);
         assert_eq!(b.take(100), 30);
-        let r = CoreMemory {
-            rx: b,
-            tx: Budget::new(1),
-        }
-        .report();
+        let mut m = CoreMemory::new(1, 1);
+        m.rx = b;
+        let r = m.report();
         assert_eq!((r.rx_held, r.rx_peak, r.rx_limit), (100, 100, 100));
     }
 

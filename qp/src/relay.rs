@@ -12,6 +12,7 @@ use flowlane_app::{
     AtStop, CloseReason, ConnHandle, ConnHandler, ConnMap, ConnState, Error, Net, Placement,
     SynFilter, Wake,
 };
+use flowlane_tcp::kept::{Kept, TRIM_FLOOR_BYTES};
 
 use crate::heartbeat::{coarse_now, Heartbeat};
 use crate::memory::{Charge, CoreMemory, Way};
@@ -19,11 +20,21 @@ use crate::message::{message_cost, ConnectAnswer, ToApp, ToCore, BUF, RX_CREDIT,
 
 /// Requests a core takes per pass (the rest wait for the next).
 const REQUESTS_PER_PASS: usize = 1024;
-/// Receive buffers a core keeps for reuse (4 MiB: the full credits of 16
-/// connections): those given back past it are freed, so that a burst of
-/// many connections (a thousand peers that do not read hold the core's
-/// whole receive memory) does not leave its buffers held for good.
+/// Receive buffers a core keeps for reuse at most (4 MiB: the full
+/// credits of 16 connections): those given back past it are freed, so
+/// that a burst of many connections (a thousand peers that do not read
+/// hold the core's whole receive memory) does not leave its buffers held
+/// for good.
 const POOL: usize = 64;
+/// Receive buffers a trim keeps whatever lay idle: the stack's chunk
+/// pool's floor (256 KiB), so that an idle core's next few connections
+/// take buffers without asking the allocator.
+const POOL_FLOOR: usize = TRIM_FLOOR_BYTES / BUF;
+/// How often a relay trims its pool (on its core's clock, [`Net::now`]):
+/// half of the buffers no connection took since the last trim go back to
+/// the allocator ([`Kept::trim`], the stack's chunk pool's policy, at the
+/// cadence the dataplane's workers trim their stacks).
+pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(1);
 /// The least credit a connection's data moves with (see `Relay::pull`).
 const PULL_MIN: usize = RX_CREDIT / 4;
 
@@ -166,7 +177,11 @@ pub(crate) struct Relay {
     /// (A map by hash, not by slot: the slot may serve a new connection,
     /// which may move too, before the thread settles the first.)
     moved: HashMap<ConnHandle, u32>,
-    pool: Vec<Vec<u8>>,
+    /// Receive buffers ([`BUF`]) kept for reuse, at most [`POOL`], what
+    /// lay idle trimmed each [`TRIM_EVERY`].
+    pool: Kept<Vec<u8>>,
+    /// When (the core's clock) the pool was last trimmed.
+    last_trim: Duration,
     /// Per application thread: cleared when it ends (a panic included).
     alive: Vec<Arc<AtomicBool>>,
     beats: Vec<Heartbeat>,
@@ -246,8 +261,32 @@ impl Relay {
             conns: ConnMap::new(),
             connecting: ConnMap::new(),
             moved: HashMap::new(),
-            pool: Vec::new(),
+            pool: Kept::new(),
+            last_trim: Duration::ZERO,
         }
+    }
+
+    /// Keeps receive buffer `buf` for reuse, or frees it (counted) when
+    /// the pool holds [`POOL`].
+    fn keep(&mut self, buf: Vec<u8>) {
+        if self.pool.len() < POOL {
+            self.pool.push(buf);
+        } else {
+            self.memory[self.core as usize].returned(buf.capacity());
+        }
+    }
+
+    /// Gives back half of the pool's buffers that no connection took since
+    /// the last trim, past [`POOL_FLOOR`] (counted), if [`TRIM_EVERY`]
+    /// passed since the last.
+    fn trim_due(&mut self, now: Duration) {
+        if now.saturating_sub(self.last_trim) < TRIM_EVERY {
+            return;
+        }
+        self.last_trim = now;
+        let memory = &self.memory[self.core as usize];
+        memory.returned(self.pool.trim(POOL_FLOOR) * BUF);
+        memory.set_pool_cached(self.pool.len() * BUF);
     }
 
     fn tell(&self, thread: u32, m: ToApp) {
@@ -292,9 +331,7 @@ impl Relay {
     fn deliver(&mut self, thread: u32, conn: ConnHandle, mut bytes: Vec<u8>) {
         if bytes.len() < SMALL_DATA {
             let exact = bytes.as_slice().to_vec();
-            if self.pool.len() < POOL {
-                self.pool.push(bytes);
-            }
+            self.keep(bytes);
             bytes = exact;
         } else if bytes.len() < BUF / 2 {
             bytes.shrink_to_fit();
@@ -679,8 +716,8 @@ impl Relay {
             ToCore::Recycle(buf) => {
                 // Only the pool's own size: a right-sized one (`deliver`)
                 // would grow at its next use.
-                if self.pool.len() < POOL && buf.capacity() == BUF {
-                    self.pool.push(buf);
+                if buf.capacity() == BUF {
+                    self.keep(buf);
                 }
             }
             ToCore::Settle { .. } => unreachable!("answered above"),
@@ -870,8 +907,10 @@ impl ConnHandler for Relay {
         }
     }
 
-    /// The application threads' requests, in the order each sent them.
+    /// The application threads' requests, in the order each sent them;
+    /// the pool's trim when due.
     fn on_tick(&mut self, net: &mut dyn Net) {
+        self.trim_due(net.now());
         self.bury(net);
         for _ in 0..REQUESTS_PER_PASS {
             let Ok(batch) = self.requests.try_recv() else {
@@ -914,6 +953,8 @@ mod tests {
         /// What `info` tells (none: `WouldBlock`).
         info: Option<ConnInfo>,
         stats: Stats,
+        /// The core's clock.
+        now: Duration,
     }
 
     impl Net for Core {
@@ -922,7 +963,7 @@ mod tests {
             self.info.ok_or(Error::WouldBlock)
         }
         fn now(&self) -> Duration {
-            Duration::ZERO
+            self.now
         }
         fn placement(&self) -> Placement {
             Placement {
@@ -1159,6 +1200,48 @@ mod tests {
         let kept: usize = r.pool.iter().map(Vec::capacity).sum();
         assert!(kept <= RX_MEMORY / 16, "{} MiB kept", kept >> 20);
         assert!(!r.pool.is_empty(), "none kept for reuse");
+    }
+
+    /// What a busy spell left in the pool goes back as it lies idle: each
+    /// second, half of the buffers no connection took since the last
+    /// trim, down to 256 KiB, counted (what the service's heap trim
+    /// watches); buffers the connections take between two trims are kept.
+    #[test]
+    fn a_relay_s_pool_shrinks_once_idle() {
+        let mut core = Core::default();
+        let (mut r, _from_core, _conn) = relay(&mut core);
+        for _ in 0..POOL + 8 {
+            r.request(&mut core, ToCore::Recycle(Vec::with_capacity(BUF)));
+        }
+        let memory = |r: &Relay| r.memory[0].report();
+        let cached = |r: &Relay| r.pool.len() * BUF;
+        // Past the bound: freed at once, counted.
+        assert_eq!(
+            (cached(&r), memory(&r).returned),
+            (POOL * BUF, 8 * BUF as u64)
+        );
+        let mut seen = Vec::new();
+        for s in 1..=8 {
+            core.now = TRIM_EVERY * s;
+            r.on_tick(&mut core);
+            seen.push(cached(&r) / BUF);
+            if s == 4 {
+                // A burst takes 6 of them and gives them back: not idle.
+                let taken: Vec<_> = (0..6).map(|_| r.pool.pop().unwrap()).collect();
+                taken.into_iter().for_each(|b| r.keep(b));
+            }
+        }
+        eprintln!("pool buffers after each second idle: {seen:?}");
+        // Not idle before the first trim; then half of the idle ones past
+        // the floor (4) each second: of the 11 at the fourth, 6 were taken
+        // before the fifth, so 1 went then.
+        assert_eq!(seen, [64, 34, 19, 11, 10, 7, 5, 4]);
+        core.now = TRIM_EVERY * 30;
+        r.on_tick(&mut core);
+        assert_eq!(cached(&r), TRIM_FLOOR_BYTES, "the floor stays");
+        let m = memory(&r);
+        assert_eq!(m.pool_cached, TRIM_FLOOR_BYTES as u64);
+        assert_eq!(m.returned, ((POOL + 8) * BUF - TRIM_FLOOR_BYTES) as u64);
     }
 
     /// A thread first found stalled, then dead, never settles its moves:

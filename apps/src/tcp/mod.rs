@@ -763,6 +763,8 @@ fn queue_pair_counters(q: &QueuePairs) -> QueuePairCounters {
                 tx_held: m.tx_held,
                 tx_peak: m.tx_peak,
                 tx_waits: m.tx_waits,
+                pool_cached: m.pool_cached,
+                returned: m.returned,
             })
             .collect(),
     }
