@@ -25,6 +25,15 @@
 //! occupancy bitmap per level. When the current tick moves into a coarse
 //! slot's span, that slot moves its entries down at once, which keeps the
 //! "strictly".
+//!
+//! Memory: a slot's list keeps its allocation between its turns, so a busy
+//! spell (ten thousand connections' timers) would leave every list at the
+//! most it ever held, for the wheel's life. Once the wheel empties, and
+//! every [`TRIM_TICKS`] ticks while it runs, lists that grew past
+//! [`KEPT_ENTRIES`] since give back what they do not use (the rule of
+//! the chunk pool's [`crate::kept::Kept`]: a capacity over twice what is
+//! used is shrunk to it), so that what a spell took goes back once it
+//! ends, and a steady load's lists regrow at most once per trim.
 
 use crate::time::{Duration, Instant};
 
@@ -34,6 +43,12 @@ const BITS: u32 = 6;
 const SLOTS: usize = 1 << BITS;
 /// Levels: `ceil(64 / 6)`, so that any `u64` tick has a level.
 const LEVELS: usize = 11;
+/// Entries a slot's list keeps room for whatever a trim finds: what a
+/// queue's few connections file there without asking the allocator.
+pub(crate) const KEPT_ENTRIES: usize = 8;
+/// Ticks between two trims of a running wheel (1.024 s at the stack's
+/// 1 ms tick, the cadence at which the workers trim the chunk pool).
+const TRIM_TICKS: u64 = 1 << 10;
 
 /// Where a key's entry sits in the wheel (kept by the wheel's owner, one
 /// per key).
@@ -94,6 +109,9 @@ pub(crate) struct TimerWheel {
     /// The current tick: every entry filed before it has fired.
     elapsed: u64,
     len: usize,
+    /// A list grew past [`KEPT_ENTRIES`] since the last trim
+    /// ([`TimerWheel::trim`]).
+    grown: bool,
 }
 
 impl TimerWheel {
@@ -107,6 +125,7 @@ impl TimerWheel {
             })),
             elapsed: 0,
             len: 0,
+            grown: false,
         }
     }
 
@@ -127,7 +146,7 @@ impl TimerWheel {
         key: u32,
         deadline: Instant,
     ) {
-        self.cancel(keys, key);
+        self.unfile(keys, key);
         if self.len == 0 {
             self.elapsed = self.elapsed.max(now.as_nanos() / self.tick_ns);
         }
@@ -137,8 +156,19 @@ impl TimerWheel {
         self.len += 1;
     }
 
-    /// Removes `key`'s entry, if it has one.
+    /// Removes `key`'s entry, if it has one; the last one out trims the
+    /// lists that grew ([`TimerWheel::trim`]).
     pub(crate) fn cancel(&mut self, keys: &mut impl WheelKeys, key: u32) {
+        self.unfile(keys, key);
+        if self.len == 0 && self.grown {
+            self.trim();
+        }
+    }
+
+    /// Removes `key`'s entry, if it has one (no trim: [`TimerWheel::set`]
+    /// files it again at once).
+    #[inline]
+    fn unfile(&mut self, keys: &mut impl WheelKeys, key: u32) {
         let p = std::mem::replace(keys.wheel_pos(key), WheelPos::NONE);
         if !p.is_some() {
             return;
@@ -180,6 +210,10 @@ impl TimerWheel {
         let l = &mut self.levels[level as usize];
         let list = &mut l.slots[usize::from(slot)];
         let index = list.len() as u32;
+        if list.len() == list.capacity() && list.capacity() >= KEPT_ENTRIES {
+            // It grows past what a trim keeps.
+            self.grown = true;
+        }
         list.push(Entry { key, tick });
         l.occupied |= 1 << slot;
         *keys.wheel_pos(key) = WheelPos {
@@ -249,6 +283,7 @@ impl TimerWheel {
         if now_tick < self.elapsed {
             return;
         }
+        let began = self.elapsed;
         while let Some((k, s, start)) = self.next_slot() {
             if start > now_tick {
                 break;
@@ -276,6 +311,40 @@ impl TimerWheel {
             self.elapsed = now_tick + 1;
             self.cascade_current(keys);
         }
+        if self.grown && (self.len == 0 || (began ^ self.elapsed) >= TRIM_TICKS) {
+            self.trim();
+        }
+    }
+
+    /// Gives back the room the slots' lists do not use: a list whose
+    /// capacity is over twice what it holds (and over [`KEPT_ENTRIES`])
+    /// is shrunk to that, an empty one to nothing past
+    /// [`KEPT_ENTRIES`]. Out of line: after a spell, not per timer.
+    #[cold]
+    #[inline(never)]
+    fn trim(&mut self) {
+        self.grown = false;
+        for list in self.levels.iter_mut().flat_map(|l| l.slots.iter_mut()) {
+            let keep = list.len().max(KEPT_ENTRIES);
+            if list.capacity() > 2 * keep {
+                list.shrink_to(keep);
+            }
+            // One that could not shrink to what a trim keeps may grow
+            // again without the next trim seeing it.
+            self.grown |= list.capacity() > 2 * KEPT_ENTRIES;
+        }
+    }
+
+    /// Heap bytes the wheel holds: its levels and its slots' lists.
+    #[cfg(test)]
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let lists: usize = self
+            .levels
+            .iter()
+            .flat_map(|l| l.slots.iter())
+            .map(Vec::capacity)
+            .sum();
+        std::mem::size_of::<[Level; LEVELS]>() + lists * std::mem::size_of::<Entry>()
     }
 
     /// Checks the wheel against the owner's positions: every entry's
@@ -452,6 +521,68 @@ mod tests {
         assert!(out.is_empty());
         w.expire(&mut keys, Instant(tick), &mut out);
         assert_eq!(out, [1]);
+    }
+
+    /// The room a busy spell took goes back: ten thousand keys filed over
+    /// the wheel's levels (what 10 000 connections' timers take) leave the
+    /// lists at their peak until the wheel empties, by cancels (the
+    /// connections closed) or by expiry (their timers fired), or, while it
+    /// runs, until the next trim; then they keep at most
+    /// [`KEPT_ENTRIES`] each.
+    #[test]
+    fn a_busy_spell_s_room_goes_back_once_it_ends() {
+        let empty = TimerWheel::new(Duration::from_millis(1)).heap_bytes();
+        // What the lists may keep: `KEPT_ENTRIES` each.
+        let floor = empty + LEVELS * SLOTS * KEPT_ENTRIES * std::mem::size_of::<Entry>();
+        let spell = |w: &mut TimerWheel, keys: &mut Vec<WheelPos>, at: u64| {
+            for k in 0..10_000u32 {
+                // Deadlines from 1 ms to 10 s: levels 0 to 2.
+                w.set(keys, ms(at), k, ms(at + 1 + u64::from(k) % 10_000));
+            }
+            // Half of them re-armed nearer (acknowledgements came).
+            for k in (0..10_000u32).step_by(2) {
+                w.set(keys, ms(at), k, ms(at + 200 + u64::from(k) % 100));
+            }
+        };
+        // Ended by cancels.
+        let (mut w, mut keys) = wheel();
+        spell(&mut w, &mut keys, 0);
+        let peak = w.heap_bytes();
+        let mut out = Vec::new();
+        w.expire(&mut keys, ms(150), &mut out);
+        assert!(
+            w.heap_bytes() >= peak / 2,
+            "trimmed within a trim's interval"
+        );
+        for k in 0..10_000u32 {
+            w.cancel(&mut keys, k);
+        }
+        check(&w, &mut keys);
+        let after = w.heap_bytes();
+        eprintln!("cancelled: empty {empty} B, peak {peak} B, after {after} B");
+        assert!(after <= floor, "{after} B kept of a {peak} B peak");
+        // Ended by expiry, the wheel running on: trimmed as it empties.
+        spell(&mut w, &mut keys, 1_000);
+        let peak = w.heap_bytes();
+        out.clear();
+        w.expire(&mut keys, ms(20_000), &mut out);
+        assert_eq!((out.len(), w.len()), (10_000, 0));
+        let after = w.heap_bytes();
+        eprintln!("expired: peak {peak} B, after {after} B");
+        assert!(after <= floor, "{after} B kept of a {peak} B peak");
+        // A few keys stay (an idle connection's keepalive): the next
+        // trim, a trim interval on, gives the rest back all the same.
+        spell(&mut w, &mut keys, 30_000);
+        for k in 3..10_000u32 {
+            w.cancel(&mut keys, k);
+        }
+        w.set(&mut keys, ms(30_000), 0, ms(7_230_000));
+        let peak = w.heap_bytes();
+        w.expire(&mut keys, ms(30_000 + 2 * TRIM_TICKS), &mut out);
+        let after = w.heap_bytes();
+        check(&w, &mut keys);
+        eprintln!("three kept: peak {peak} B, after {after} B");
+        assert!(after <= floor, "{after} B kept of a {peak} B peak");
     }
 
     proptest::proptest! {
