@@ -35,6 +35,9 @@ const POOL_FLOOR: usize = TRIM_FLOOR_BYTES / BUF;
 /// the allocator ([`Kept::trim`], the stack's chunk pool's policy, at the
 /// cadence the dataplane's workers trim their stacks).
 pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(1);
+/// Sends a connection's queue keeps room for once drained (a burst of
+/// small sends queued thousands: 24 bytes each, given back).
+const TX_QUEUE_KEPT: usize = 8;
 /// The least credit a connection's data moves with (see `Relay::pull`).
 const PULL_MIN: usize = RX_CREDIT / 4;
 
@@ -513,6 +516,11 @@ impl Relay {
         let (close, shut) = (drained && r.close_after, drained && r.shut_after);
         if drained {
             r.shut_after = false;
+            if r.tx.capacity() > TX_QUEUE_KEPT {
+                // A burst of sends queued many: the room goes back with
+                // them, not kept for the connection's life.
+                r.tx = VecDeque::new();
+            }
         }
         if taken > before {
             self.tell(thread, ToApp::Sent { conn, total: taken });
@@ -1242,6 +1250,33 @@ mod tests {
         let m = memory(&r);
         assert_eq!(m.pool_cached, TRIM_FLOOR_BYTES as u64);
         assert_eq!(m.returned, ((POOL + 8) * BUF - TRIM_FLOOR_BYTES) as u64);
+    }
+
+    /// A burst of small sends that waited for the stack leaves no room
+    /// held in the connection's send queue once it drained.
+    #[test]
+    fn a_drained_send_queue_keeps_no_burst_s_room() {
+        let mut core = Core::default();
+        let (mut r, _from_core, conn) = relay(&mut core);
+        for _ in 0..4096 {
+            let charge = Charge::none(r.memory.clone(), 0, Way::Tx);
+            let bytes = b"x".to_vec();
+            r.request(
+                &mut core,
+                ToCore::Send {
+                    conn,
+                    bytes,
+                    charge,
+                },
+            );
+        }
+        let room = |r: &Relay| r.conns.get(conn).unwrap().tx.capacity();
+        assert!(room(&r) >= 4096, "queued while the stack took none");
+        core.room = 1 << 20;
+        r.on_writable(&mut core, conn);
+        assert_eq!(core.sent, 4096);
+        eprintln!("send queue room once drained: {} entries", room(&r));
+        assert!(room(&r) <= TX_QUEUE_KEPT, "{} entries kept", room(&r));
     }
 
     /// A thread first found stalled, then dead, never settles its moves:
