@@ -373,7 +373,7 @@ const RELAY_ROWS: &[Row<RelayMemoryCounters>] = &[
     ),
     row!(
         "flowlane_qp_buffer_memory_returned_bytes",
-        "Queue-pair mode: buffer memory the core's relay gave back to the allocator: free receive buffers past what it keeps, and those its trims found idle.",
+        "Queue-pair mode: buffer memory the core's relay gave back to the allocator: the free receive buffers its trims found idle.",
         C,
         [],
         |m: RelayMemoryCounters| m.returned

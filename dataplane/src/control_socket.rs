@@ -481,9 +481,8 @@ pub struct RelayMemoryCounters {
     /// trim (each second; what a busy spell left, halved each second it
     /// lies idle).
     pub pool_cached: u64,
-    /// Bytes of buffers it gave back to the allocator so far (trimmed from
-    /// its pool, or past its bound): with the stacks' own, what the
-    /// service's heap trim watches.
+    /// Bytes of idle receive buffers its trims gave back to the allocator
+    /// so far: with the stacks' own, what the service's heap trim watches.
     pub returned: u64,
 }
 

@@ -110,8 +110,7 @@ pub(crate) struct CoreMemory {
     /// Bytes of receive buffers the relay keeps for reuse, as of its last
     /// trim (a gauge, written by the relay each `relay::TRIM_EVERY`).
     pool_cached: AtomicUsize,
-    /// Bytes of buffers the relay gave back to the allocator: trimmed
-    /// from its pool, or given back to it past its bound.
+    /// Bytes of idle buffers the relay's trims gave back to the allocator.
     returned: AtomicU64,
 }
 
@@ -326,9 +325,10 @@ pub struct RelayMemory {
     /// lies idle, down to 256 KiB
     /// ([`flowlane_tcp::kept::TRIM_FLOOR_BYTES`]).
     pub pool_cached: u64,
-    /// Bytes of buffers the relay gave back to the allocator so far
-    /// (trimmed from its pool, or past its bound): what the service's heap
-    /// trim watches, with the stacks' own.
+    /// Bytes of idle buffers the relay's trims gave back to the allocator
+    /// so far: what the service's heap trim watches, with the stacks' own.
+    /// (Buffers freed past the pool's bound while busy are not counted:
+    /// the load reuses that memory at once.)
     pub returned: u64,
 }
 
