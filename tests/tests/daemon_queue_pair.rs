@@ -167,6 +167,16 @@ fn queue_pair_counters_on_the_page_are_those_of_the_summary() {
                     );
                 }
             }
+            // The relay's pool: trimmed each second, so the summary, read
+            // later, shows as much given back at least, and its gauge.
+            let labels = [("queue", core.clone())];
+            let returned = of("flowlane_qp_buffer_memory_returned_bytes_total", &labels);
+            assert!(
+                m["returned"].as_u64().is_some_and(|r| r >= returned),
+                "{backend}: returned {returned} on the page: {m}"
+            );
+            of("flowlane_qp_buffer_memory_cached_bytes", &labels);
+            assert!(m["pool_cached"].as_u64().is_some(), "{backend}: {m}");
         }
         // The series of the core's queue, labelled as the per-queue ones.
         let busy = shown
@@ -192,7 +202,7 @@ fn queue_pair_counters_on_the_page_are_those_of_the_summary() {
                 .lines()
                 .filter(|l| l.starts_with("flowlane_qp_"))
                 .count(),
-            6 + 2 * 2 * 4,
+            6 + 2 * 2 * 4 + 2 * 2,
             "{backend}: {shown}"
         );
         let gone = within_10s(|| {
