@@ -666,10 +666,10 @@ fn families(scrape: &Scrape) -> Vec<Family> {
         G,
         &|s| Sample::Real(s.imbalance),
     ));
-    let with_loop = |name, help, f: &dyn Fn(&MoveCostStatus) -> u64| Family {
+    let with_loop = |name, help, kind, f: &dyn Fn(&MoveCostStatus) -> u64| Family {
         name,
         help,
-        kind: G,
+        kind,
         series: scrape
             .services
             .iter()
@@ -679,17 +679,26 @@ fn families(scrape: &Scrape) -> Vec<Family> {
     out.push(with_loop(
         "flowlane_rebalance_move_cost_fixed_ns",
         "What the service's rebalancing loop prices a bucket move at now, besides its connections, in nanoseconds: learned from the latest moves' durations (failed ones included), weighed with the configured 20 µs as they age (a minute's memory). A move is made only if the load it takes off a core is worth more over the policy's 500 ms horizon.",
+        G,
         &|c| c.fixed_ns,
     ));
     out.push(with_loop(
         "flowlane_rebalance_move_cost_per_connection_ns",
         "What the service's rebalancing loop prices each connection a bucket move carries at now, in nanoseconds (learned as flowlane_rebalance_move_cost_fixed_ns; the configured prior 2 µs).",
+        G,
         &|c| c.per_connection_ns,
     ));
     out.push(with_loop(
         "flowlane_rebalance_move_cost_observed",
         "The moves the rebalancing loop's move price is fitted on: the latest ones, at most 64 (0: the configured prior).",
+        G,
         &|c| c.fit_moves,
+    ));
+    out.push(with_loop(
+        "flowlane_rebalance_moves_refused_for_cost",
+        "Moves the service's rebalancing loop refused for their price since it started: in a round, a core left above the target load because no move of its buckets gained more than it cost, where at no cost one would have helped (counted once a core and round: an upper bound on distinct moves). Stays 0 at --move-cost fixed's small configured price.",
+        C,
+        &|c| c.refused_for_cost,
     ));
     out.push(per_service(
         "flowlane_control_clients_dropped",
@@ -1146,6 +1155,7 @@ mod tests {
                 fixed_ns: 7_070_000,
                 per_connection_ns: 2_500,
                 fit_moves: 5,
+                refused_for_cost: 3,
                 ..MoveCostStatus::default()
             }),
             nic: Some(InterfaceStats {
@@ -1267,13 +1277,24 @@ mod tests {
         );
     }
 
-    /// The learned move cost: three gauges per service whose loop runs
-    /// (none for a service without one).
+    /// The learned move cost: three gauges per service whose loop runs,
+    /// and the counter of moves refused for it (none for a service
+    /// without one).
     #[test]
     fn the_learned_move_cost_is_three_gauges_per_service_with_a_loop() {
         let mut s = scrape();
         s.services[1].move_cost = None;
         let page = render(&s, Format::Text);
+        assert!(page.contains("# TYPE flowlane_rebalance_moves_refused_for_cost_total counter\n"));
+        assert_eq!(
+            line(
+                &page,
+                r#"flowlane_rebalance_moves_refused_for_cost_total{service="bulk-sink""#
+            ),
+            r#"flowlane_rebalance_moves_refused_for_cost_total{service="bulk-sink",pid="41"} 3"#
+        );
+        assert!(!page
+            .contains(r#"flowlane_rebalance_moves_refused_for_cost_total{service="http-server""#));
         for (name, value) in [
             ("flowlane_rebalance_move_cost_fixed_ns", "7070000"),
             ("flowlane_rebalance_move_cost_per_connection_ns", "2500"),
