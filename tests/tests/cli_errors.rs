@@ -876,6 +876,10 @@ fn the_kernel_backend_refuses_what_only_xdp_does() {
     ]);
     one_line_error(&o, "--rebalance needs --backend xdp");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // The loop's price: nothing to price without buckets.
+    let o = flowlane(&["echo-server", "--backend", "kernel", "--move-cost", "fixed"]);
+    one_line_error(&o, "--move-cost needs --backend xdp");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     usage_error(
         &["echo-server", "--mode", "queue-pair", "--app-threads", "0"],
         &["--app-threads", "at least 1"],
@@ -1230,6 +1234,7 @@ fn hyper_server_s_tokio_baseline_refuses_flowlane_s_flags() {
         &["--workers", "2"],
         &["--app-threads", "2"],
         &["--rebalance", "off"],
+        &["--move-cost", "fixed"],
         &["--msl-ms", "100"],
         &["--control-socket", "/tmp/flowlane-unused.sock"],
         &["--daemon-socket", "/tmp/flowlane-unused.sock"],

@@ -398,6 +398,10 @@ fn refuse_what_the_baseline_lacks(c: &Common) -> Result<()> {
         (c.workers.is_some(), "--workers"),
         (c.app_threads.is_some(), "--app-threads"),
         (rebalance, "--rebalance"),
+        (
+            c.rebalance.move_cost != flowlane_dataplane::service_args::MovePrice::Learned,
+            "--move-cost",
+        ),
         (c.rebalance.control_socket.is_some(), "--control-socket"),
         (c.rebalance.daemon_socket.is_some(), "--daemon-socket"),
     ]

@@ -1048,6 +1048,9 @@ fn refuse_what_kernel_sockets_lack(c: &Common) -> Result<()> {
     if c.rebalance.requested().is_some() {
         bail!("--rebalance needs --backend xdp (kernel sockets have no RSS buckets to move)");
     }
+    if c.rebalance.move_cost != flowlane_dataplane::service_args::MovePrice::Learned {
+        bail!("--move-cost needs --backend xdp (kernel sockets have no RSS buckets to move)");
+    }
     if c.workers.is_some() {
         bail!(
             "--workers needs --backend xdp (kernel sockets: one loop per core, --queues of them)"
