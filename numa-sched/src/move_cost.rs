@@ -163,7 +163,9 @@ impl MoveCostModel {
     /// `e^(−age / τ)`, so at most [`MoveCostModel::fit_moves`], and less as they age.
     #[must_use]
     pub fn fit_weight(&self, now: Duration) -> f64 {
-        self.weights(now).iter().sum()
+        // A fold from +0.0: `Sum` of no f64 is −0.0, which a move line
+        // printed as `cost_fit_weight: -0.0` before any move was learned.
+        self.weights(now).iter().fold(0.0, |sum, w| sum + w)
     }
 
     /// The memory τ.
@@ -338,6 +340,9 @@ mod tests {
     #[test]
     fn without_moves_the_estimate_is_the_prior_bounded() {
         assert_eq!(model().estimate(T0), PRIOR);
+        // Nothing weighs: +0.0, not the −0.0 a move line printed.
+        let w = model().fit_weight(T0);
+        assert!(w == 0.0 && w.is_sign_positive(), "{w:?}");
         let low = MoveCost {
             fixed: 10_000,
             per_connection: 1_000,
