@@ -119,6 +119,7 @@ mod handler;
 mod handles;
 mod net;
 mod setup;
+mod start;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -138,3 +139,4 @@ pub use handler::{AtStop, ConnHandler, ConnState};
 pub use handles::{seen_state, Handles};
 pub use net::{Net, Placement, Wake};
 pub use setup::{IntoSetupResult, Setup, SetupError, SetupExt};
+pub use start::{StartError, StartErrorKind};

@@ -72,7 +72,7 @@ fn main() {
         runtime.spawn(async move {
             let any = IpAddr::V6(Ipv6Addr::UNSPECIFIED); // IPv4 too, mapped
             let listener = tokio::net::TcpListener::bind((any, port)).await;
-            let listener = listener.unwrap_or_else(|e| exit(&format!("port {port}: {e}")));
+            let listener = listener.unwrap_or_else(|e| exit(format!("port {port}: {e}")));
             loop {
                 match listener.accept().await {
                     Ok((stream, _peer)) => drop(tokio::spawn(serve(stream))),
@@ -93,18 +93,18 @@ fn main() {
             tokio::spawn(serve(stream));
         }
     })
-    .unwrap_or_else(|e| exit(&e));
+    .unwrap_or_else(|e| exit(e));
     // The network cores next: each core's set-up takes its relay to the
     // application threads and listens on their ports.
     let queue_pairs = Arc::new(queue_pairs);
     let relays = queue_pairs.clone();
     let service = KernelService::start(kernel, move |core| relays.setup_core(core))
-        .unwrap_or_else(|e| exit(&e));
+        .unwrap_or_else(|e| exit(e));
     wait(&stop);
     // The cores first (their drain), then the application threads.
     let (_, error) = service.stop();
     if let Some(e) = error.or_else(|| queue_pairs.stop()) {
-        exit(&e);
+        exit(e);
     }
 }
 
@@ -115,7 +115,8 @@ fn wait(stop: &AtomicBool) {
     }
 }
 
-fn exit(why: &str) -> ! {
-    eprintln!("hyper_echo: {why}");
+fn exit(why: impl std::fmt::Display) -> ! {
+    // `{:#}`: a start error's line and its causes.
+    eprintln!("hyper_echo: {why:#}");
     std::process::exit(1)
 }

@@ -156,7 +156,7 @@ fn main() {
         let mut number = |what: &str| -> u32 {
             match args.next().and_then(|v| v.parse().ok()) {
                 Some(n) => n,
-                None => exit(&format!("{what} takes a number")),
+                None => exit(format!("{what} takes a number")),
             }
         };
         match a.as_str() {
@@ -177,14 +177,14 @@ fn main() {
     // relay their connections to it.
     let qp = queue_pair.then(|| {
         let config = QueuePairConfig::new(&kernel.cores).with_app_threads(1);
-        Arc::new(QueuePairs::start(config, listen).unwrap_or_else(|e| exit(&e)))
+        Arc::new(QueuePairs::start(config, listen).unwrap_or_else(|e| exit(e)))
     });
     let on_core = qp.clone();
     let service = KernelService::start(kernel, move |core| match &on_core {
         Some(qp) => qp.setup_core(core).into_setup_result(),
         None => listen(core).into_setup_result(),
     })
-    .unwrap_or_else(|e| exit(&e));
+    .unwrap_or_else(|e| exit(e));
     eprintln!("kv: serving port {port} (Ctrl-C stops)");
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -197,11 +197,12 @@ fn main() {
     let (_, error) = service.stop();
     let error = error.or_else(|| qp.and_then(|qp| qp.stop()));
     if let Some(e) = error {
-        exit(&e);
+        exit(e);
     }
 }
 
-fn exit(why: &str) -> ! {
-    eprintln!("kv: {why}");
+fn exit(why: impl std::fmt::Display) -> ! {
+    // `{:#}`: a start error's line and its causes.
+    eprintln!("kv: {why:#}");
     std::process::exit(1)
 }

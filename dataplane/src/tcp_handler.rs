@@ -72,7 +72,7 @@
 //!     std::thread::sleep(std::time::Duration::from_millis(250));
 //! }
 //! drop(service);
-//! # Ok::<(), flowlane_dataplane::Error>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::collections::VecDeque;

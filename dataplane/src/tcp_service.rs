@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use flowlane_app::{IntoSetupResult, Setup, SetupError};
+use flowlane_app::{IntoSetupResult, Setup, SetupError, StartError, StartErrorKind};
 use flowlane_ebpf::steer::Proto;
 use flowlane_numa_sched::RssState;
 
@@ -219,12 +219,33 @@ impl TcpService {
     /// [`TcpService`]): [`TcpService::failed`] says so.
     ///
     /// # Errors
-    /// A configuration that cannot work, in one line naming the field
-    /// (for instance [`TcpServiceConfig::active`] on several queues
-    /// without [`TcpServiceConfig::rss`]); a port a kernel socket uses; a
-    /// queue's `setup` that failed or panicked; the data path's own
-    /// ([`Dataplane::start`]).
-    pub fn start<S, R>(config: TcpServiceConfig, setup: S) -> Result<TcpService>
+    /// A [`StartError`], the type every backend's start returns, by its
+    /// kind ([`StartErrorKind`]):
+    /// - `Setup`: a queue's `setup` that failed (its error the source) or
+    ///   panicked;
+    /// - `Os`: a system call the data path made that failed, its
+    ///   `io::Error` the source ([`StartError::io_error`]); the steering
+    ///   program or its maps refused;
+    /// - `Config`: a configuration that cannot work, in one line naming
+    ///   the field (for instance [`TcpServiceConfig::active`] on several
+    ///   queues without [`TcpServiceConfig::rss`]); a port a kernel socket
+    ///   uses; the data path's other refusals ([`Dataplane::start`]).
+    ///
+    /// The data path's own errors ([`Error`]) say their cause in their
+    /// message: they become the start error's message, not its source.
+    pub fn start<S, R>(
+        config: TcpServiceConfig,
+        setup: S,
+    ) -> std::result::Result<TcpService, StartError>
+    where
+        S: Fn(&mut dyn Setup) -> R + Send + Sync + 'static,
+        R: IntoSetupResult,
+    {
+        TcpService::start_inner(config, setup).map_err(start_error)
+    }
+
+    /// [`TcpService::start`], with the data path's own error.
+    fn start_inner<S, R>(config: TcpServiceConfig, setup: S) -> Result<TcpService>
     where
         S: Fn(&mut dyn Setup) -> R + Send + Sync + 'static,
         R: IntoSetupResult,
@@ -760,6 +781,21 @@ pub(crate) fn check_active_opens(
 /// that failed closed resets every connection it holds or is sent (the
 /// bucket's, moved there), and one whose worker ended answers no move.
 /// The reason, in one line, for [`Error::MoveRefused`].
+/// The [`StartError`] of a data path's error at start: a queue's set-up's
+/// own error stays its source (a [`StartError`] it returned stays as it
+/// is), an OS error its source; the others, whose message says their
+/// cause, keep their message.
+fn start_error(e: Error) -> StartError {
+    match e {
+        Error::Handler { queue, source } => {
+            StartError::setup(format!("queue {queue}: the set-up failed"), source)
+        }
+        Error::Io { what, source } => StartError::os(what, source),
+        e @ Error::Steering { .. } => StartError::new(StartErrorKind::Os, e.to_string()),
+        e => StartError::config(e.to_string()),
+    }
+}
+
 fn check_move_queues(from: u32, to: u32, failed: &[u32]) -> std::result::Result<(), String> {
     match [to, from].into_iter().find(|q| failed.contains(q)) {
         Some(q) => Err(format!(
@@ -1191,6 +1227,10 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
+        let kind = TcpService::start(config.clone(), |_| ())
+            .unwrap_err()
+            .kind();
+        assert_eq!(kind, StartErrorKind::Config);
         let e = start(&config);
         assert!(
             e.contains("(TcpServiceConfig::active) on 2 queues of flact0")

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use flowlane_app::{
     CloseReason, CongestionAlgorithm, ConnHandle, ConnHandler, ConnInfo, Dispatcher, Error,
-    FourTuple, HandlerId, Handles, Net, Placement, Setup, State, Stats, SynFilter, Wake,
+    FourTuple, HandlerId, Handles, Net, Placement, Setup, StartError, State, Stats, SynFilter,
+    Wake,
 };
 use flowlane_tcp::{Event, ListenerId};
 use mio::net::{TcpListener, TcpStream};
@@ -120,6 +121,9 @@ pub struct KernelNet {
     /// what holds it): [`Error`] carries no detail, and a service's start
     /// says this line instead of "address in use".
     listen_failure: Option<String>,
+    /// The OS error of that listen, where the OS refused it (None for one
+    /// refused here: no address to listen on).
+    listen_error: Option<std::io::Error>,
     /// Per listener: an accept failed (out of descriptors, of memory) and
     /// is tried again each pass until the queue is drained: the listener
     /// is edge-triggered, and a full accept queue wakes it no more.
@@ -239,6 +243,7 @@ impl KernelNet {
             finishing: Vec::new(),
             memory_waits: 0,
             listen_failure: None,
+            listen_error: None,
             accept_retry: Vec::new(),
             accept_more: Vec::new(),
             accept_failed: 0,
@@ -575,6 +580,7 @@ impl KernelNet {
                 "cannot listen on port {port}: KernelConfig::listen_on is empty; give it the \
                  addresses to listen on (0.0.0.0 for every IPv4 one)"
             ));
+            self.listen_error = None;
             return Err(Error::InvalidAddress);
         }
         if port != 0
@@ -635,6 +641,7 @@ impl KernelNet {
                 };
                 tracing::debug!("queue {}: {why}", self.placement.queue);
                 self.listen_failure = Some(why);
+                self.listen_error = Some(e);
                 error
             })?;
             if claim {
@@ -1184,6 +1191,18 @@ impl KernelCore {
     /// the address and what to do), if one failed.
     pub fn listen_failure(&self) -> Option<&str> {
         self.net.listen_failure.as_deref()
+    }
+
+    /// Why this core's last failed listen failed, as a start error: the
+    /// OS's refusal (its error the source: `AddrInUse`,
+    /// `PermissionDenied`), or a configuration with no address to listen
+    /// on; None if no listen failed.
+    pub(crate) fn take_listen_failure(&mut self) -> Option<StartError> {
+        let why = self.net.listen_failure.take()?;
+        Some(match self.net.listen_error.take() {
+            Some(e) => StartError::os(why, e),
+            None => StartError::config(why),
+        })
     }
 
     /// Connections open now.

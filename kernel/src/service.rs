@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flowlane_app::{IntoSetupResult, Placement, Setup, Stats};
+use flowlane_app::{IntoSetupResult, Placement, Setup, StartError, Stats};
 
 use crate::core::{KernelCore, Limits};
 use crate::listener::{pin_to, Claims};
@@ -147,11 +147,19 @@ impl KernelService {
     /// from any core stops them all and is returned, as is a set-up that
     /// panicked and a thread that cannot be pinned. The cores share their
     /// ports and nobody else's: a port another socket holds, even one
-    /// bound with `SO_REUSEPORT`, is a set-up error (`AddrInUse`), which
-    /// `start` returns as the core's one line naming the port, the address
-    /// and what to do ([`KernelCore::listen_failure`]); so is a listen with
-    /// no address to bind ([`KernelConfig::listen_on`] empty). A service
-    /// without cores, which would serve nothing, is refused.
+    /// bound with `SO_REUSEPORT`, is refused.
+    ///
+    /// # Errors
+    /// A [`StartError`], by its kind ([`flowlane_app::StartErrorKind`]):
+    /// - `Os`: a listen the kernel refused (a port in use:
+    ///   [`StartError::io_error`] is its `AddrInUse`; a privileged port:
+    ///   `PermissionDenied`), in one line naming the port, the address and
+    ///   what to do ([`KernelCore::listen_failure`]); a thread that could
+    ///   not be started or pinned;
+    /// - `Setup`: `setup` returned an error on a core (its source);
+    /// - `Config`: no cores, or a listen with no address to bind
+    ///   ([`KernelConfig::listen_on`] empty);
+    /// - `Worker`: a set-up that panicked, a core's thread that ended.
     ///
     /// `setup` is the same on every backend: it returns nothing, what it
     /// registered, or a `Result` whose error converts to a
@@ -189,16 +197,15 @@ impl KernelService {
     /// assert_eq!(failed, None);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn start<S, R>(config: KernelConfig, setup: S) -> Result<KernelService, String>
+    pub fn start<S, R>(config: KernelConfig, setup: S) -> Result<KernelService, StartError>
     where
         S: Fn(&mut dyn Setup) -> R + Send + Sync + 'static,
         R: IntoSetupResult,
     {
         if config.cores.is_empty() {
-            return Err(
-                "the kernel-socket backend needs at least one core: KernelConfig::cores is empty"
-                    .into(),
-            );
+            return Err(StartError::config(
+                "the kernel-socket backend needs at least one core: KernelConfig::cores is empty",
+            ));
         }
         KernelService::raise_descriptor_limit();
         let setup = Arc::new(setup);
@@ -210,7 +217,7 @@ impl KernelService {
             cores: config.cores.clone(),
             questions: Vec::new(),
         };
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), StartError>>();
         let claims = Claims::default();
         for p in config.cores.iter().copied() {
             let counters = Arc::new(Mutex::new(CoreCounters::default()));
@@ -226,36 +233,61 @@ impl KernelService {
                 // find a service's cores by it (CPU time, a test bed's users).
                 .name(format!("flowlane-q{}", p.queue))
                 .spawn(move || {
-                    let start = || -> Result<KernelCore, String> {
+                    let start = || -> Result<KernelCore, StartError> {
+                        let q = p.queue;
                         if let Some(cpu) = p.cpu {
-                            pin_to(cpu).map_err(|e| format!("cannot pin to CPU {cpu}: {e}"))?;
+                            pin_to(cpu).map_err(|e| {
+                                StartError::os(
+                                    format!(
+                                        "queue {q}: cannot pin its thread to CPU {cpu} (is the \
+                                         CPU in this process's affinity, cgroup and online?)"
+                                    ),
+                                    e,
+                                )
+                            })?;
                         }
-                        let mut core = KernelCore::sharing(p, listen_on, limits, claims)
-                            .map_err(|e| format!("queue {}: {e}", p.queue))?;
+                        let mut core =
+                            KernelCore::sharing(p, listen_on, limits, claims).map_err(|e| {
+                                StartError::os(
+                                    format!("queue {q}: cannot create its epoll instance"),
+                                    e,
+                                )
+                            })?;
                         // A listen that failed says its port and what
-                        // holds it, rather than the set-up's "address in use".
-                        setup(&mut core).into_setup_result().map_err(|e| {
-                            core.listen_failure()
-                                .map_or_else(|| e.to_string(), str::to_owned)
-                        })?;
+                        // holds it, rather than the set-up's "address in
+                        // use", and keeps the OS's error.
+                        if let Err(e) = setup(&mut core).into_setup_result() {
+                            return Err(core.take_listen_failure().unwrap_or_else(|| {
+                                StartError::setup(format!("queue {q}: the set-up failed"), e)
+                            }));
+                        }
                         Ok(core)
                     };
                     // A set-up that panics is this core's set-up error;
                     // its core, half set up, is dropped.
                     let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(start))
                         .unwrap_or_else(|panic| {
-                            Err(format!(
+                            Err(StartError::worker(format!(
                                 "queue {}: the set-up panicked: {}",
                                 p.queue,
                                 panic_message(panic.as_ref())
-                            ))
+                            )))
                         });
                     // Told, then gone: once every core's sender is, a
                     // thread that ended without telling is seen
                     // (`start`'s `Err(_)` arm), not waited for.
-                    let _ = ready.send(started.as_ref().map(drop).map_err(Clone::clone));
+                    let mut core = match started {
+                        Ok(core) => {
+                            let _ = ready.send(Ok(()));
+                            core
+                        }
+                        Err(e) => {
+                            let line = e.to_string();
+                            let _ = ready.send(Err(e));
+                            return Err(line);
+                        }
+                    };
                     drop(ready);
-                    let mut core = started?;
                     let mut last = Instant::now();
                     let publish = |core: &KernelCore, force: bool, last: &mut Instant| {
                         if force || last.elapsed() >= PUBLISH_EVERY {
@@ -287,7 +319,9 @@ impl KernelService {
                     publish(&core, true, &mut last);
                     r
                 })
-                .map_err(|e| format!("cannot start a thread: {e}"))?;
+                .map_err(|e| {
+                    StartError::os(format!("queue {}: cannot start its thread", p.queue), e)
+                })?;
             service.threads.push((p.queue, t));
         }
         drop(ready_tx);
@@ -300,7 +334,7 @@ impl KernelService {
                 }
                 Err(_) => {
                     service.stop();
-                    return Err("a core's thread ended during set-up".into());
+                    return Err(StartError::worker("a core's thread ended during set-up"));
                 }
             }
         }
@@ -426,7 +460,7 @@ impl Drop for KernelService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flowlane_app::{AtStop, ConnHandle, ConnHandler, Net, SetupExt};
+    use flowlane_app::{AtStop, ConnHandle, ConnHandler, Net, SetupExt, StartErrorKind};
     use std::sync::atomic::AtomicUsize;
 
     /// Takes nothing but its connections.
@@ -455,8 +489,14 @@ mod tests {
         let listen = |s: &mut dyn Setup| s.listen(7, Nop);
         let loopback = IpAddr::from([127, 0, 0, 1]);
         let e = KernelService::start(config(vec![], vec![loopback]), listen).unwrap_err();
-        assert!(e.contains("KernelConfig::cores is empty"), "{e}");
+        assert_eq!(e.kind(), StartErrorKind::Config);
+        assert!(
+            e.to_string().contains("KernelConfig::cores is empty"),
+            "{e}"
+        );
         let e = KernelService::start(config(vec![core], vec![]), listen).unwrap_err();
+        assert_eq!(e.kind(), StartErrorKind::Config);
+        let e = e.to_string();
         assert!(
             e.contains("port 7") && e.contains("KernelConfig::listen_on is empty"),
             "{e}"

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flowlane_app::{Dispatcher, Error, IntoSetupResult, Placement, Setup, SynFilter};
+use flowlane_app::{
+    Dispatcher, Error, IntoSetupResult, Placement, Setup, SetupError, StartError, SynFilter,
+};
 
 use crate::app_net::{CoreLink, QpNet};
 use crate::app_thread::{AppPort, AppThread};
@@ -264,44 +266,64 @@ impl QueuePairs {
     /// // Here the backend starts, each core calling `qp.setup_core(core)`;
     /// // it stops first, then the application threads.
     /// assert_eq!(qp.stop(), None);
-    /// # Ok::<(), String>(())
+    /// # Ok::<(), flowlane_app::StartError>(())
     /// ```
-    pub fn start<S, R>(config: QueuePairConfig, setup: S) -> Result<QueuePairs, String>
+    ///
+    /// # Errors
+    /// A [`StartError`], by its kind ([`flowlane_app::StartErrorKind`]):
+    /// - `Setup`: `setup` returned an error on an application thread (its
+    ///   source; a [`StartError`] it returned is returned as it is);
+    /// - `Config`: no cores, no application threads or more than
+    ///   [`MAX_APP_THREADS`], threads that registered different ports;
+    /// - `Os`: a thread that could not be started or pinned
+    ///   ([`StartError::io_error`]);
+    /// - `Worker`: an application thread that ended (a set-up that
+    ///   panicked) during the start.
+    ///
+    /// The ports are the network backend's to bind: a port in use is its
+    /// start's error.
+    pub fn start<S, R>(config: QueuePairConfig, setup: S) -> Result<QueuePairs, StartError>
     where
         S: Fn(&mut dyn Setup) -> R + Send + Sync + 'static,
         R: IntoSetupResult,
     {
-        let setup =
-            move |s: &mut dyn Setup| setup(s).into_setup_result().map_err(|e| e.to_string());
+        let setup = move |s: &mut dyn Setup| setup(s).into_setup_result();
         QueuePairs::start_with(config, setup, |port, ()| port.run())
     }
 
     /// [`QueuePairs::start`] with a loop of the caller's: on each thread,
     /// `setup` registers the handlers and returns what `run` needs besides
-    /// the thread's [`AppPort`]; `run` then drives the port (an async
-    /// runtime's loop, say) until [`AppPort::poll`] says the service
-    /// stopped.
-    pub fn start_with<S, T, R>(
+    /// the thread's [`AppPort`] (or an error that converts into a
+    /// [`SetupError`], as [`QueuePairs::start`]'s set-up); `run` then
+    /// drives the port (an async runtime's loop, say) until
+    /// [`AppPort::poll`] says the service stopped.
+    ///
+    /// # Errors
+    /// As [`QueuePairs::start`].
+    pub fn start_with<S, T, E, R>(
         config: QueuePairConfig,
         setup: S,
         run: R,
-    ) -> Result<QueuePairs, String>
+    ) -> Result<QueuePairs, StartError>
     where
-        S: Fn(&mut dyn Setup) -> Result<T, String> + Send + Sync + 'static,
+        S: Fn(&mut dyn Setup) -> Result<T, E> + Send + Sync + 'static,
+        E: Into<SetupError>,
         R: Fn(AppPort, T) + Send + Sync + 'static,
         T: 'static,
     {
         let (ncores, nthreads) = (config.cores.len(), config.app_threads.len());
         if ncores == 0 || nthreads == 0 {
-            return Err(
-                "queue-pair mode needs at least one core and one application thread".into(),
-            );
+            return Err(StartError::config(format!(
+                "queue-pair mode needs at least one core and one application thread (given \
+                 {ncores} cores and {nthreads} threads): fill QueuePairConfig::cores and \
+                 app_threads (QueuePairConfig::new, with_app_threads)"
+            )));
         }
         if nthreads > MAX_APP_THREADS {
-            return Err(format!(
+            return Err(StartError::config(format!(
                 "queue-pair mode runs at most {MAX_APP_THREADS} application threads (asked \
                  for {nthreads}): their names must stay unique within Linux's 15 bytes"
-            ));
+            )));
         }
         let (setup, run) = (Arc::new(setup), Arc::new(run));
         let stop = Arc::new(AtomicBool::new(false));
@@ -328,7 +350,7 @@ impl QueuePairs {
             .map(|c| owner(&config.cores, &config.app_threads, c))
             .collect();
         // Each thread's ports and their SYN filters, once set up.
-        type Ready = Result<(u32, Vec<u16>, Vec<Option<SynFilter>>), String>;
+        type Ready = Result<(u32, Vec<u16>, Vec<Option<SynFilter>>), StartError>;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Ready>();
         let mut threads = Vec::new();
         let mut open = Vec::new();
@@ -383,8 +405,12 @@ impl QueuePairs {
                     tid.store(nix::unistd::gettid().as_raw(), Ordering::Relaxed);
                     if let Some(cpu) = p.cpu {
                         if let Err(e) = pin(cpu) {
-                            let _ = ready.send(Err(format!(
-                                "cannot pin application thread {t} to CPU {cpu}: {e}"
+                            let _ = ready.send(Err(StartError::os(
+                                format!(
+                                    "cannot pin application thread {t} to CPU {cpu} (is the \
+                                     CPU in this process's affinity, cgroup and online?)"
+                                ),
+                                e,
                             )));
                             return;
                         }
@@ -406,7 +432,10 @@ impl QueuePairs {
                             state
                         }
                         Err(e) => {
-                            let _ = ready.send(Err(e));
+                            let _ = ready.send(Err(StartError::setup(
+                                format!("application thread {t}: the set-up failed"),
+                                e.into(),
+                            )));
                             return;
                         }
                     };
@@ -422,7 +451,7 @@ impl QueuePairs {
                     };
                     run(port, state);
                 })
-                .map_err(|e| format!("cannot start an application thread: {e}"))?;
+                .map_err(|e| StartError::os(format!("cannot start application thread {t}"), e))?;
             threads.push((t, handle));
         }
         drop(ready_tx);
@@ -435,9 +464,10 @@ impl QueuePairs {
                     filters[t as usize] = f;
                     match &ports {
                         Some(q) if *q != p => {
-                            failure.get_or_insert(format!(
-                                "application threads registered different ports ({q:?} and {p:?})"
-                            ));
+                            failure.get_or_insert(StartError::config(format!(
+                                "application threads registered different ports ({q:?} and \
+                                 {p:?}): every thread's set-up must listen on the same ports"
+                            )));
                         }
                         _ => ports = Some(p),
                     }
@@ -446,7 +476,9 @@ impl QueuePairs {
                     failure.get_or_insert(e);
                 }
                 Err(_) => {
-                    failure.get_or_insert("an application thread ended during set-up".into());
+                    failure.get_or_insert(StartError::worker(
+                        "an application thread ended during its set-up (the set-up panicked)",
+                    ));
                 }
             }
         }
@@ -704,7 +736,7 @@ mod tests {
                 pin: |_| Ok(()),
                 stall_after: Duration::from_millis(200),
             },
-            |_| Ok(()),
+            |_| Ok::<_, SetupError>(()),
             move |port, ()| {
                 if port.index() == 1 {
                     let _ = release.lock().unwrap().recv();
@@ -786,7 +818,12 @@ mod tests {
         };
         let too_many = MAX_APP_THREADS as u32 + 1;
         let e = QueuePairs::start(config(too_many), |_| ()).unwrap_err();
-        assert!(e.contains(&format!("at most {MAX_APP_THREADS}")), "{e}");
+        assert_eq!(e.kind(), flowlane_app::StartErrorKind::Config);
+        assert!(
+            e.to_string()
+                .contains(&format!("at most {MAX_APP_THREADS}")),
+            "{e}"
+        );
         let qp = QueuePairs::start(config(3), |_| ()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while qp.app_thread_tids().contains(&None) && Instant::now() < deadline {
@@ -801,5 +838,75 @@ mod tests {
             .map(app_thread_name)
             .all(|n| n.len() <= 15));
         assert_eq!(qp.stop(), None);
+    }
+
+    /// Each way queue-pair mode's start fails is a kind of
+    /// [`StartError`] to match on, its cause chained: a set-up's error
+    /// (its own, as the source), a pin the OS refused (its `io::Error`),
+    /// a set-up that panicked (the thread ended), a configuration without
+    /// threads.
+    #[test]
+    fn each_start_failure_is_a_kind_with_its_cause() {
+        use flowlane_app::StartErrorKind;
+        use std::error::Error as _;
+        let config = |threads: u32| QueuePairConfig {
+            cores: places(1),
+            app_threads: places(threads),
+            pin: |_| Ok(()),
+            stall_after: Duration::from_secs(1),
+        };
+        let e = QueuePairs::start(config(2), |s: &mut dyn Setup| {
+            if s.queue() == 1 {
+                return Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), StartErrorKind::Setup, "{e}");
+        assert_eq!(e.to_string(), "application thread 1: the set-up failed");
+        assert_eq!(
+            e.io_error().map(std::io::Error::kind),
+            Some(std::io::ErrorKind::PermissionDenied)
+        );
+        assert!(e.source().is_some() && e.setup_error().is_some());
+
+        let e = QueuePairs::start(config(1), |s: &mut dyn Setup| {
+            if s.queue() == 0 {
+                panic!("a set-up bug");
+            }
+        })
+        .unwrap_err();
+        assert_eq!(e.kind(), StartErrorKind::Worker, "{e}");
+
+        let refused = QueuePairConfig {
+            app_threads: vec![Placement {
+                queue: 0,
+                cpu: Some(0),
+                node: 0,
+            }],
+            pin: |_| Err(std::io::Error::from_raw_os_error(22)),
+            ..config(1)
+        };
+        let e = QueuePairs::start(refused, |_| ()).unwrap_err();
+        assert_eq!(e.kind(), StartErrorKind::Os, "{e}");
+        assert_eq!(
+            e.io_error().and_then(std::io::Error::raw_os_error),
+            Some(22)
+        );
+        assert!(e.to_string().contains("to CPU 0"), "{e}");
+
+        let e = QueuePairs::start(config(0), |_| ()).unwrap_err();
+        assert_eq!(e.kind(), StartErrorKind::Config, "{e}");
+        assert!(e.source().is_none());
+
+        // `start_with`'s set-up returns any error that converts.
+        let e = QueuePairs::start_with(
+            config(1),
+            |_| Err::<(), _>(flowlane_app::Error::AddrInUse),
+            |_, ()| {},
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), StartErrorKind::Setup, "{e}");
+        assert_eq!(e.setup_error().unwrap().to_string(), "address in use");
     }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, SetupExt};
+use flowlane_app::{CloseReason, ConnHandle, ConnHandler, Net, SetupExt, StartErrorKind};
 use flowlane_kernel::{KernelConfig, KernelService, Limits};
 use loopback_common::*;
 
@@ -224,7 +224,31 @@ fn a_set_up_that_panics_on_one_of_two_cores_is_a_set_up_error() {
         .recv_timeout(Duration::from_secs(5))
         .expect("`start` returned");
     let e = r.expect_err("core 1's set-up failed");
-    assert!(e.contains("a set-up bug on core 1"), "{e}");
+    assert_eq!(e.kind(), StartErrorKind::Worker, "{e}");
+    assert!(e.to_string().contains("a set-up bug on core 1"), "{e}");
+}
+
+/// A set-up that returns an error is a set-up error (its kind), the
+/// set-up's own error its source, the core named.
+#[test]
+fn a_set_up_s_error_is_the_start_error_s_source() {
+    let e = KernelService::start(config(2, Limits::default()), |core| {
+        if core.queue() == 1 {
+            return Err(std::io::Error::other("core 1 is not wanted"));
+        }
+        Ok(())
+    })
+    .expect_err("core 1's set-up failed");
+    assert_eq!(e.kind(), StartErrorKind::Setup, "{e:#}");
+    assert_eq!(e.to_string(), "queue 1: the set-up failed");
+    assert_eq!(
+        e.setup_error().map(ToString::to_string).as_deref(),
+        Some("core 1 is not wanted")
+    );
+    assert_eq!(
+        format!("{:#}", anyhow::Error::from(e)),
+        "queue 1: the set-up failed: core 1 is not wanted"
+    );
 }
 
 #[test]
@@ -240,6 +264,12 @@ fn a_port_held_by_another_reuseport_socket_is_a_set_up_error() {
             .map_err(|e| format!("{e:?}"))
     })
     .expect_err("the port is held");
+    assert_eq!(e.kind(), StartErrorKind::Os, "{e:#}");
+    assert_eq!(
+        e.io_error().map(std::io::Error::kind),
+        Some(std::io::ErrorKind::AddrInUse)
+    );
+    let e = e.to_string();
     assert!(
         e.contains(&format!(
             "port {port}/tcp is in use on 127.0.0.1 by a kernel socket"
@@ -259,8 +289,16 @@ fn a_port_in_use_is_a_set_up_error() {
             .map_err(|e| format!("{e:?}"))
     })
     .expect_err("the port is taken");
+    // The OS's error, to match on, as the source.
+    assert_eq!(e.kind(), StartErrorKind::Os, "{e:#}");
+    assert_eq!(
+        e.io_error().map(std::io::Error::kind),
+        Some(std::io::ErrorKind::AddrInUse)
+    );
+    assert!(std::error::Error::source(&e).is_some());
     // The port, the address and what to do, not the set-up's own
     // "AddrInUse" (which carries none of them).
+    let e = e.to_string();
     assert!(
         e.contains(&format!(
             "port {port}/tcp is in use on 127.0.0.1 by a kernel socket"

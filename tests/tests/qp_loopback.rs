@@ -496,3 +496,77 @@ fn one_byte_segments_come_back_whole_and_in_order() {
     kernel.stop();
     assert_eq!(qp.stop(), None);
 }
+
+/// Queue-pair mode's port, taken already, is refused by the network
+/// backend's start as on run to completion: the OS's `AddrInUse` to match
+/// on, and the line naming the port; a set-up that fails on an
+/// application thread is a set-up error naming the thread.
+#[test]
+fn a_port_in_use_and_a_failed_set_up_are_start_errors_to_match() {
+    use flowlane_app::StartErrorKind;
+    let taken = std::net::TcpListener::bind((LOOPBACK, 0)).unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // On a thread of its own: a `start` that hangs fails the test.
+    std::thread::spawn(move || {
+        let qp = Arc::new(
+            QueuePairs::start(
+                QueuePairConfig {
+                    cores: places(2),
+                    app_threads: places(1),
+                    pin: |_| Ok(()),
+                    stall_after: STALL_AFTER,
+                },
+                move |s| s.listen(port, Echo::new(0)),
+            )
+            .unwrap(),
+        );
+        let q = qp.clone();
+        let r = KernelService::start(
+            flowlane_kernel::KernelConfig {
+                cores: places(2),
+                listen_on: vec![LOOPBACK],
+                limits: flowlane_kernel::Limits::default(),
+            },
+            move |core| q.setup_core(core),
+        );
+        let _ = tx.send(r.map(drop));
+        qp.stop();
+    });
+    let e = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("`start` returned")
+        .expect_err("the port is taken");
+    assert_eq!(e.kind(), StartErrorKind::Os, "{e:#}");
+    assert_eq!(
+        e.io_error().map(std::io::Error::kind),
+        Some(std::io::ErrorKind::AddrInUse)
+    );
+    assert!(
+        e.to_string()
+            .contains(&format!("port {port}/tcp is in use on 127.0.0.1")),
+        "{e}"
+    );
+    drop(taken);
+
+    let e = QueuePairs::start(
+        QueuePairConfig {
+            cores: places(2),
+            app_threads: places(2),
+            pin: |_| Ok(()),
+            stall_after: STALL_AFTER,
+        },
+        |s| {
+            if s.queue() == 1 {
+                return Err("thread 1 is not wanted".to_string());
+            }
+            Ok(())
+        },
+    )
+    .expect_err("thread 1's set-up failed");
+    assert_eq!(e.kind(), StartErrorKind::Setup, "{e:#}");
+    assert_eq!(
+        format!("{e:#}"),
+        "application thread 1: the set-up failed: thread 1 is not wanted"
+    );
+}

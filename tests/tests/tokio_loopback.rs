@@ -1001,3 +1001,37 @@ fn a_stream_s_keepalive_reaches_its_socket() {
     kernel.stop();
     assert_eq!(qp.stop(), None);
 }
+
+/// tokio's start fails as queue-pair mode's, with the same kinds: no
+/// application thread is a configuration error; a port given twice is a
+/// set-up error (the second listen's), its cause chained.
+#[test]
+fn tokio_s_start_errors_are_queue_pair_mode_s_kinds() {
+    use flowlane_app::StartErrorKind;
+    let config = |threads: u32, ports: Vec<u16>| AsyncConfig {
+        queue_pairs: QueuePairConfig {
+            cores: places(2),
+            app_threads: places(threads),
+            pin: |_| Ok(()),
+            stall_after: Duration::from_millis(500),
+        },
+        ports,
+        backlog: 16,
+        syn_filter: None,
+    };
+    let port = free_port();
+    let e = flowlane_tokio::start(config(0, vec![port]), |_| async {}).unwrap_err();
+    assert_eq!(e.kind(), StartErrorKind::Config, "{e:#}");
+    let e = flowlane_tokio::start(config(1, vec![port, port]), |_| async {}).unwrap_err();
+    assert_eq!(e.kind(), StartErrorKind::Setup, "{e:#}");
+    assert!(
+        e.to_string().starts_with(&format!(
+            "application thread 0: cannot listen on port {port}"
+        )),
+        "{e}"
+    );
+    assert_eq!(
+        e.setup_error().map(ToString::to_string).as_deref(),
+        Some("address in use")
+    );
+}

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use flowlane_app::{Placement, Setup};
+use flowlane_app::{Placement, Setup, StartError};
 use flowlane_qp::{AppPort, QueuePairConfig, QueuePairs};
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
@@ -148,7 +148,12 @@ struct Prepared {
 /// peer's FIN: [`TcpStream`](crate::TcpStream)), its
 /// `JoinHandle` gives the panic, and the thread goes on serving; await
 /// the handle to make the panic the function's own.
-pub fn start<F, Fut>(config: AsyncConfig, app: F) -> Result<(QueuePairs, Arc<Counters>), String>
+///
+/// # Errors
+/// [`QueuePairs::start`]'s; a tokio runtime that could not be built is
+/// a [`StartErrorKind::Os`](flowlane_app::StartErrorKind::Os) error, its
+/// `io::Error` the source.
+pub fn start<F, Fut>(config: AsyncConfig, app: F) -> Result<(QueuePairs, Arc<Counters>), StartError>
 where
     F: Fn(Local) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + 'static,
@@ -157,11 +162,19 @@ where
     let c = counters.clone();
     let (ports, backlog) = (config.ports, config.backlog.max(1));
     let syn_filter = config.syn_filter;
-    let setup = move |s: &mut dyn Setup| -> Result<Prepared, String> {
+    let setup = move |s: &mut dyn Setup| -> Result<Prepared, StartError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| format!("cannot build a tokio runtime: {e}"))?;
+            .map_err(|e| {
+                StartError::os(
+                    format!(
+                        "application thread {}: cannot build a tokio runtime",
+                        s.queue()
+                    ),
+                    e,
+                )
+            })?;
         let shared = Arc::new(ThreadShared::default());
         let mut bridge = Bridge::new(shared.clone(), c.clone(), syn_filter.clone());
         let mut listeners = Vec::new();
@@ -174,8 +187,16 @@ where
         }
         let h = s.add_boxed(Box::new(bridge));
         for &port in &ports {
-            s.listen_with(port, h)
-                .map_err(|e| format!("listening on port {port}: {e}"))?;
+            s.listen_with(port, h).map_err(|e| {
+                StartError::setup(
+                    format!(
+                        "application thread {}: cannot listen on port {port} (given twice in \
+                         AsyncConfig's ports?)",
+                        s.queue()
+                    ),
+                    e.into(),
+                )
+            })?;
         }
         Ok(Prepared {
             runtime,

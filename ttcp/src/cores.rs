@@ -79,7 +79,7 @@ impl Placed {
                     },
                     run,
                 )
-                .map_err(|e| anyhow!("starting queue-pair mode: {e}"))?;
+                .map_err(|e| anyhow!("starting queue-pair mode: {e:#}"))?;
                 let qp = Arc::new(qp);
                 let q = qp.clone();
                 Ok(Placed {

@@ -163,7 +163,7 @@ fn start(
         },
         move |core| core_setup(core),
     )
-    .map_err(|e| anyhow!("{e}"))?;
+    .map_err(|e| anyhow!("{e:#}"))?;
     Ok(Workers::custom(Box::new(move || {
         let (_, failed) = service.stop();
         let total = placed.finish();

@@ -485,7 +485,7 @@ pub(super) fn run(a: HyperArgs, nic: NicAccess) -> Result<()> {
         let (qp, tokio_counters) = flowlane_tokio::start(config, move |local| {
             flowlane_thread(local, port, serve.clone())
         })
-        .map_err(|e| anyhow::anyhow!("starting tokio on queue-pair mode: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("starting tokio on queue-pair mode: {e:#}"))?;
         let _ = streams.set(tokio_counters);
         serve_queue_pairs(run, qp)
     })

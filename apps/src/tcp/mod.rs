@@ -648,11 +648,9 @@ fn start_queue_pairs(
         + Sync
         + 'static,
 ) -> Result<QueuePairs> {
-    QueuePairs::start(queue_pair_config(c)?, move |t| {
-        let q = t.queue();
-        setup(t).map_err(|e| format!("application thread {q}: {e}"))
-    })
-    .map_err(|e| anyhow::anyhow!("starting queue-pair mode: {e}"))
+    // The start error names the thread whose set-up failed.
+    QueuePairs::start(queue_pair_config(c)?, setup)
+        .map_err(|e| anyhow::anyhow!("starting queue-pair mode: {e:#}"))
 }
 
 /// Queue-pair mode's cores and application threads, placed.
@@ -919,9 +917,10 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     config.nic = rss::writer(c, config.rss.as_ref(), nic)?;
 
     let done_tx = Mutex::new(results.sender());
+    // The start error names the queue whose set-up failed.
     let service = TcpService::start(config, move |h| {
         let tx = done_tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        setup(h, tx).map_err(|e| format!("queue {}: {e}", h.queue()))
+        setup(h, tx)
     })
     .context("setting up TCP")?;
     let mut control = ServiceControl::new(
@@ -1101,12 +1100,12 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         ..KernelConfig::default()
     };
     let done_tx = Mutex::new(results.sender());
+    // The start error names the core whose set-up failed.
     let service = KernelService::start(config, move |core| {
         let tx = done_tx.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let q = core.queue();
-        setup(core, tx).map_err(|e| format!("core {q}: {e}"))
+        setup(core, tx)
     })
-    .map_err(|e| anyhow::anyhow!("{name}: setting up kernel TCP: {e}"))?;
+    .map_err(|e| anyhow::anyhow!("{name}: setting up kernel TCP: {e:#}"))?;
     let mut control = ServiceControl::without_rebalancing(name, c.rebalance.socket())?;
     let qp = report_queue_pairs(&mut control, qp);
     if let Some(daemon) = c.rebalance.daemon() {
