@@ -6,7 +6,6 @@
 //! them when the run ends.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use flowlane_app::{Placement, Setup};
@@ -18,10 +17,6 @@ use crate::handlers::{HandlerSetup, WorkerCounters};
 
 /// What a backend calls on each of its cores at set-up.
 pub type CoreSetup = Arc<dyn Fn(&mut dyn Setup) -> Result<(), String> + Send + Sync>;
-
-/// How long an application thread may not pass before the cores give up
-/// on it (a measurement's handlers never block that long).
-const STALL_AFTER: Duration = Duration::from_secs(10);
 
 /// The handler set, placed for one execution model.
 pub struct Placed {
@@ -50,7 +45,6 @@ impl Placed {
         cores: &[Placement],
         setup: impl HandlerSetup,
         shared: Arc<Shared>,
-        pin: fn(u32) -> std::io::Result<()>,
     ) -> Result<Placed> {
         let counters: Arc<Mutex<Vec<Arc<WorkerCounters>>>> = Arc::default();
         let c = counters.clone();
@@ -66,20 +60,8 @@ impl Placed {
                 counters,
             }),
             ExecMode::QueuePair => {
-                let app_threads = cores
-                    .iter()
-                    .map(|p| Placement { cpu: None, ..*p })
-                    .collect();
-                let qp = QueuePairs::start(
-                    QueuePairConfig {
-                        cores: cores.to_vec(),
-                        app_threads,
-                        pin,
-                        stall_after: STALL_AFTER,
-                    },
-                    run,
-                )
-                .map_err(|e| anyhow!("starting queue-pair mode: {e:#}"))?;
+                let qp = QueuePairs::start(QueuePairConfig::new(cores), run)
+                    .map_err(|e| anyhow!("starting queue-pair mode: {e:#}"))?;
                 let qp = Arc::new(qp);
                 let q = qp.clone();
                 Ok(Placed {

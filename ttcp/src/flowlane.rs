@@ -190,7 +190,7 @@ fn start(
         .cores();
     let watched = shared.clone();
     let interrupted = shared.clone();
-    let placed = Placed::new(mode, &cores, setup, shared, flowlane_kernel::pin_to)?;
+    let placed = Placed::new(mode, &cores, setup, shared)?;
     let core_setup = placed.core_setup.clone();
     let service = TcpService::start(config, move |h| core_setup(h)).map_err(|e| {
         anyhow!(

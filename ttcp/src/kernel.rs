@@ -153,7 +153,7 @@ fn start(
 ) -> Result<Workers> {
     check_congestion(plan)?;
     let cores = kernel_cores(&plan.threads)?;
-    let placed = Placed::new(mode, &cores, setup, shared, flowlane_kernel::pin_to)?;
+    let placed = Placed::new(mode, &cores, setup, shared)?;
     let core_setup = placed.core_setup.clone();
     let service = KernelService::start(
         KernelConfig {
