@@ -239,8 +239,8 @@ impl KernelService {
                             pin_to(cpu).map_err(|e| {
                                 StartError::os(
                                     format!(
-                                        "queue {q}: cannot pin its thread to CPU {cpu} (is the \
-                                         CPU in this process's affinity, cgroup and online?)"
+                                        "queue {q}: cannot pin to CPU {cpu} (is the CPU in this \
+                                         process's affinity, cgroup and online?)"
                                     ),
                                     e,
                                 )
