@@ -26,6 +26,24 @@
 # /proc/stat, over the measured seconds; wrk's own CPU is in it for both
 # servers alike). A server that does not answer has the end of its log
 # printed before the script exits.
+#
+# With SPLIT=1, each measured run is also recorded on every CPU (`perf
+# record -a -g`, SPLIT_HZ samples a second per CPU, default 999; installs
+# perf with apt when missing, and leaves the split out with one line on
+# stderr when perf cannot record) and each sample classified by
+# scripts/lib/conn_split.py as the server's part, the client's (wrk and its
+# kernel TCP) or other work: on veth a packet's receive runs in the sender's
+# context, so the server's receive in wrk's threads is the server's and the
+# client's kernel TCP receive in the server's threads the client's. Then two
+# more columns, the server's and the client's microseconds per connection
+# (their shares of the busy samples times the busy CPU time, over the
+# connections), and a second table: each server's microseconds per
+# connection against nginx's of the same client count (nginx's / its own:
+# the server-only ratio). perf's own CPU is in the busy time and counts as
+# other. SPLIT_KEEP=DIR keeps each run's `perf script` text there (SERVER-CLIENTS.txt)
+# and the classifier's arguments and output (SERVER-CLIENTS.split).
+#
+#   SPLIT=1 SERVERS="flowlane nginx" scripts/conn-rate.sh 50 500
 set -euo pipefail
 source "$(dirname "$0")/lib/target-dir.sh"
 caller_programs FLOWLANE
@@ -44,6 +62,11 @@ apt_candidate() {
 missing=()
 command -v wrk >/dev/null || missing+=(wrk)
 command -v nginx >/dev/null || missing+=(nginx-light)
+SPLIT=${SPLIT:-0}
+if [ "$SPLIT" = 1 ] && ! command -v perf >/dev/null; then
+  # Debian's perf is linux-perf; Ubuntu's comes with linux-tools.
+  if apt_candidate linux-perf; then missing+=(linux-perf); else missing+=(linux-tools-common "linux-tools-$(uname -r)"); fi
+fi
 if ((${#missing[@]})); then
   echo "conn-rate: apt-get update" >&2
   DEBIAN_FRONTEND=noninteractive apt-get update -q >&2
@@ -158,6 +181,13 @@ wait_port() {
 wait_port 8081
 wait_port 8082
 wait_port 8080
+# Whether perf records every CPU with call chains here (a VM or a
+# perf_event_paranoid setting can refuse it): if not, no split.
+if [ "$SPLIT" = 1 ] && ! perf record -a -g -o "$WORK/perf-check.data" -- true >"$WORK/perf-check.log" 2>&1; then
+  echo "conn-rate: SPLIT=1 but perf cannot record every CPU ($(grep -m1 -iE 'error|not|denied' "$WORK/perf-check.log" || echo "perf record failed")): no split" >&2
+  SPLIT=0
+fi
+[ -n "${SPLIT_KEEP:-}" ] && mkdir -p "$SPLIT_KEEP"
 HEADER=(-H 'Connection: close')
 WHAT="connections/s"
 if [ "${KEEPALIVE:-0}" = 1 ]; then
@@ -170,8 +200,30 @@ fi
 # the `cpu` line); idle ($5), iowait ($6) and steal ($9) left out.
 busy_jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 
-printf '| server | clients | %s | errors | %s per CPU-second |\n' "$WHAT" "${WHAT%/s}"
-printf '| --- | --- | --- | --- | --- |\n'
+# split_args SERVER: conn_split.py's description of that server: how it
+# receives, its processes (by id: other flowlane and wrk processes may run
+# on the machine).
+split_args() {
+  local p
+  case $1 in
+    flowlane | flowlane-qp | hyper) echo --rx xdp --server-pid "$FL_PID" ;;
+    flowlane-kernel) echo --rx kernel --server-pid "$FK_PID" ;;
+    hyper-tokio) echo --rx kernel --server-pid "$FT_PID" ;;
+    nginx)
+      echo --rx kernel --server-pid "$(cat "$WORK/nginx.pid")"
+      for p in $(pgrep -P "$(cat "$WORK/nginx.pid")"); do echo --server-pid "$p"; done
+      ;;
+  esac
+}
+declare -A SERVER_US=()
+if [ "$SPLIT" = 1 ]; then
+  printf '| server | clients | %s | errors | %s per CPU-second | server µs per %s | client µs per %s |\n' \
+    "$WHAT" "${WHAT%/s}" "${WHAT%s/s}" "${WHAT%s/s}"
+  printf '| --- | --- | --- | --- | --- | --- | --- |\n'
+else
+  printf '| server | clients | %s | errors | %s per CPU-second |\n' "$WHAT" "${WHAT%/s}"
+  printf '| --- | --- | --- | --- | --- |\n'
+fi
 for c in "${CLIENTS[@]}"; do
   for server in ${SERVERS:-flowlane flowlane-qp flowlane-kernel nginx hyper hyper-tokio}; do
     case $server in
@@ -186,14 +238,60 @@ for c in "${CLIENTS[@]}"; do
     # A short warm-up, then the measured run.
     ip netns exec "$PNS" wrk -t 2 -c "$c" -d 1 "${HEADER[@]}" "http://$ADDR:$port/" >/dev/null 2>&1 || true
     sleep 1
+    perf_pid=
+    if [ "$SPLIT" = 1 ]; then
+      # The measured window: perf records every CPU for as long as wrk runs.
+      perf record -a -g -F "${SPLIT_HZ:-999}" -o "$WORK/perf.data" -- sleep "$SECS" >"$WORK/perf.log" 2>&1 &
+      perf_pid=$!
+    fi
     j0=$(busy_jiffies)
-    out=$(ip netns exec "$PNS" wrk -t 2 -c "$c" -d "$SECS" "${HEADER[@]}" "http://$ADDR:$port/")
+    # In the background for its process id (`ip netns exec` runs wrk in its
+    # own process).
+    ip netns exec "$PNS" wrk -t 2 -c "$c" -d "$SECS" "${HEADER[@]}" "http://$ADDR:$port/" >"$WORK/wrk.out" &
+    wrk_pid=$!
+    wait "$wrk_pid"
     j1=$(busy_jiffies)
+    out=$(cat "$WORK/wrk.out")
+    [ -n "$perf_pid" ] && { wait "$perf_pid" || echo "conn-rate: perf record failed: $(tail -n 1 "$WORK/perf.log")" >&2; }
     rate=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
     errors=$(awk '/Socket errors:/ {gsub(",", ""); n += $4 + $6 + $8 + $10} /Non-2xx/ {n += $NF} END {print n + 0}' <<<"$out")
     cpu_s=$(awk -v a="$j0" -v b="$j1" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", (b - a) / hz}')
     per_cpu=$(awk -v r="$rate" -v s="$SECS" -v c="$cpu_s" 'BEGIN {printf "%.0f", r * s / c}')
-    printf '| %s | %s | %s | %s | %s |\n' "$server" "$c" "$rate" "${errors:-0}" "$per_cpu"
+    if [ "$SPLIT" = 1 ]; then
+      su=- cu=-
+      perf script -i "$WORK/perf.data" -F comm,pid,tid,ip,sym >"$WORK/perf.txt" 2>/dev/null || true
+      [ -n "${SPLIT_KEEP:-}" ] && cp "$WORK/perf.txt" "$SPLIT_KEEP/$server-$c.txt"
+      conns=$(awk -v r="$rate" -v s="$SECS" 'BEGIN {print r * s}')
+      # shellcheck disable=SC2207 # split_args's words are separate arguments
+      args=($(split_args "$server") --client-pid "$wrk_pid" --conns "$conns" --busy-cpu-s "$cpu_s")
+      if split=$(python3 scripts/lib/conn_split.py "${args[@]}" "$WORK/perf.txt" 2>&1); then
+        su=$(sed -n 's/^split .*server_us=\([0-9.]*\).*/\1/p' <<<"$split")
+        cu=$(sed -n 's/^split .*client_us=\([0-9.]*\).*/\1/p' <<<"$split")
+        SERVER_US[$server,$c]=$su
+      else
+        echo "conn-rate: no split for $server, $c clients: $split" >&2
+      fi
+      [ -n "${SPLIT_KEEP:-}" ] && printf '# conn_split.py %s\n%s\n' "${args[*]}" "$split" >"$SPLIT_KEEP/$server-$c.split"
+      printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$server" "$c" "$rate" "${errors:-0}" "$per_cpu" "$su" "$cu"
+    else
+      printf '| %s | %s | %s | %s | %s |\n' "$server" "$c" "$rate" "${errors:-0}" "$per_cpu"
+    fi
     sleep 2
   done
 done
+# The server-only ratio: nginx's own microseconds per connection over each
+# server's, per client count.
+if [ "$SPLIT" = 1 ] && [ "${#SERVER_US[@]}" -gt 0 ]; then
+  echo
+  printf '| server | clients | server µs per %s | nginx'"'"'s | server-only ratio (nginx / it) |\n' "${WHAT%s/s}"
+  printf '| --- | --- | --- | --- | --- |\n'
+  for c in "${CLIENTS[@]}"; do
+    n=${SERVER_US[nginx,$c]:-}
+    for server in ${SERVERS:-flowlane flowlane-qp flowlane-kernel nginx hyper hyper-tokio}; do
+      s=${SERVER_US[$server,$c]:-}
+      [ -z "$s" ] || [ "$server" = nginx ] && continue
+      ratio=$(awk -v n="$n" -v s="$s" 'BEGIN {if (n == "" || s == 0) print "-"; else printf "%.2f×", n / s}')
+      printf '| %s | %s | %s | %s | %s |\n' "$server" "$c" "$s" "${n:--}" "$ratio"
+    done
+  done
+fi
