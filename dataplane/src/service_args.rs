@@ -210,6 +210,21 @@ impl RebalanceArgs {
         }
     }
 
+    /// Refuses a move price with no loop to price: `--move-cost fixed`
+    /// beside an explicit `--rebalance off` (and no storm, which moves
+    /// whatever the price). One line that says what to do.
+    pub fn refuse_unpriced(&self) -> std::result::Result<(), String> {
+        let off = self.rebalance == Some(RebalanceMode::Off) && self.requested().is_none();
+        if off && self.move_cost != MovePrice::Learned {
+            return Err(
+                "--move-cost fixed prices the moves of --rebalance auto, and --rebalance \
+                 off makes none: drop --move-cost, or use --rebalance auto"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// What the flags say about the loop: the default, off, or a loop
     /// asked for ([`crate::auto_rebalance::Wish::choose`] decides).
     pub fn wish(&self) -> crate::auto_rebalance::Wish {
@@ -525,6 +540,31 @@ mod tests {
             wish(&["--move-cost", "fixed"]),
             Wish::Default(MovePrice::Fixed)
         );
+        let refused = |args: &[&str]| {
+            Rebalanced::try_parse_from(std::iter::once("svc").chain(args.iter().copied()))
+                .expect("flags parse")
+                .rebalance
+                .refuse_unpriced()
+        };
+        // Nothing to price with the loop off: refused, in one line.
+        let e = refused(&["--rebalance", "off", "--move-cost", "fixed"]).unwrap_err();
+        assert!(e.contains("--rebalance auto") && !e.contains('\n'), "{e}");
+        for ok in [
+            &["--rebalance", "off"][..],
+            &["--rebalance", "off", "--move-cost", "learned"],
+            &["--rebalance", "auto", "--move-cost", "fixed"],
+            &["--move-cost", "fixed"],
+            &[
+                "--rebalance",
+                "off",
+                "--rebalance-storm-ms",
+                "10",
+                "--move-cost",
+                "fixed",
+            ],
+        ] {
+            assert_eq!(refused(ok), Ok(()), "{ok:?}");
+        }
         let storm = Wish::Run(Mode::Storm {
             interval: std::time::Duration::from_millis(10),
         });

@@ -880,6 +880,25 @@ fn the_kernel_backend_refuses_what_only_xdp_does() {
     let o = flowlane(&["echo-server", "--backend", "kernel", "--move-cost", "fixed"]);
     one_line_error(&o, "--move-cost needs --backend xdp");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // An explicit `--rebalance off`: no move to price, on any backend.
+    for backend in ["xdp", "kernel"] {
+        let o = flowlane(&[
+            "echo-server",
+            "--backend",
+            backend,
+            "--rebalance",
+            "off",
+            "--move-cost",
+            "fixed",
+        ]);
+        one_line_error(&o, "--move-cost");
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    }
+    let o = flowlane(&["echo-server", "--rebalance", "off", "--move-cost", "fixed"]);
+    one_line_error(
+        &o,
+        "--rebalance off makes none: drop --move-cost, or use --rebalance auto",
+    );
     usage_error(
         &["echo-server", "--mode", "queue-pair", "--app-threads", "0"],
         &["--app-threads", "at least 1"],

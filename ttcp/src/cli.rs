@@ -475,6 +475,9 @@ impl RunArgs {
         {
             bail!("--rebalance goes with a --backend flowlane receiver (-r)");
         }
+        self.rebalance
+            .refuse_unpriced()
+            .map_err(anyhow::Error::msg)?;
         Ok(Plan {
             receiver: self.receiver,
             threads,
@@ -705,6 +708,20 @@ mod tests {
             (
                 &["-r", "-m", "1,*,127.0.0.1", "--rebalance", "off"],
                 "--rebalance goes with a --backend flowlane receiver (-r)",
+            ),
+            (
+                &[
+                    "-r",
+                    "-m",
+                    "1,*,10.0.0.1",
+                    "--backend",
+                    "flowlane",
+                    "--rebalance",
+                    "off",
+                    "--move-cost",
+                    "fixed",
+                ],
+                "--rebalance off makes none: drop --move-cost",
             ),
             (
                 &[

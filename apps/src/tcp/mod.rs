@@ -309,7 +309,8 @@ fn refuse_ignored_flags(cmd: &TcpCmd, c: &Common) -> Result<()> {
              cores): add --mode queue-pair, or drop --app-threads"
         );
     }
-    refuse_what_kernel_sockets_lack(c)
+    refuse_what_kernel_sockets_lack(c)?;
+    c.rebalance.refuse_unpriced().map_err(anyhow::Error::msg)
 }
 
 /// Runs one of the TCP examples. `nic` reads the NIC's RSS when no
