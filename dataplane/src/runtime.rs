@@ -245,13 +245,23 @@ fn hold_one(proto: Proto, addr: SocketAddr) -> Result<Option<OwnedFd>> {
 
     let port = addr.port();
     let what = proto_name(proto);
+    // The OS's error is the cause (a start error of kind `Os` whose
+    // `io_error` is it: `AddrInUse`, `PermissionDenied`), the line says
+    // what to do.
+    let os = |what: String, e: Errno| Error::Io {
+        what,
+        source: std::io::Error::from(e),
+    };
     let failed = |doing: &str, e: Errno| {
-        Error::Setup(format!(
-            "holding port {port}/{what} on {} against the kernel's use: {doing} failed ({e}); \
-             check the address, the privileges (root, or CAP_NET_BIND_SERVICE below port 1024) \
-             and the open-file limit",
-            addr.ip()
-        ))
+        os(
+            format!(
+                "holding port {port}/{what} on {} against the kernel's use: {doing} failed; \
+                 check the address, the privileges (root, or CAP_NET_BIND_SERVICE below port \
+                 1024) and the open-file limit",
+                addr.ip()
+            ),
+            e,
+        )
     };
     let family = match addr {
         SocketAddr::V4(_) => AddressFamily::Inet,
@@ -286,22 +296,28 @@ fn hold_one(proto: Proto, addr: SocketAddr) -> Result<Option<OwnedFd>> {
     };
     match bound {
         Ok(()) => Ok(Some(fd)),
-        Err(Errno::EADDRINUSE) if proto == Proto::Tcp && only_ended_connections(addr) => {
-            Err(Error::Setup(format!(
-                "port {port}/tcp is still held by kernel connections that ended there (TIME-WAIT \
-                 or closing: a server stopped less than a minute ago?): wait for them to go \
-                 (`ss -tan 'sport = :{port}'` lists them) or choose another port \
-                 (TcpServiceConfig::listen)"
-            )))
+        Err(e @ Errno::EADDRINUSE) if proto == Proto::Tcp && only_ended_connections(addr) => {
+            Err(os(
+                format!(
+                    "port {port}/tcp is still held by kernel connections that ended there \
+                     (TIME-WAIT or closing: a server stopped less than a minute ago?): wait for \
+                     them to go (`ss -tan 'sport = :{port}'` lists them) or choose another port \
+                     (TcpServiceConfig::listen)"
+                ),
+                e,
+            ))
         }
         // Ended connections of a server that did not set `SO_REUSEADDR`
         // keep the probe out too (TIME-WAIT keeps its socket's setting).
-        Err(Errno::EADDRINUSE) => Err(Error::Setup(format!(
-            "port {port}/{what} is in use by a kernel socket (another server, or connections \
-             of one, maybe ended, in TIME-WAIT: `ss -{}an 'sport = :{port}'` lists them): choose \
-             another port (TcpServiceConfig::listen) or stop it",
-            &what[..1]
-        ))),
+        Err(e @ Errno::EADDRINUSE) => Err(os(
+            format!(
+                "port {port}/{what} is in use by a kernel socket (another server, or connections \
+                 of one, maybe ended, in TIME-WAIT: `ss -{}an 'sport = :{port}'` lists them): \
+                 choose another port (TcpServiceConfig::listen) or stop it",
+                &what[..1]
+            ),
+            e,
+        )),
         Err(e) => Err(failed("bind(2)", e)),
     }
 }
@@ -1068,6 +1084,38 @@ impl Drop for Dataplane {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A port a kernel socket holds is the OS's refusal, kept as the
+    /// cause (`Error::Io`: a start error of kind `Os` whose `io_error` is
+    /// `AddrInUse`, as on the kernel-socket backend), the line saying what
+    /// to do. Before, a `Setup` string: no `io::Error` to match.
+    #[test]
+    fn a_port_in_use_is_the_os_s_address_in_use() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap();
+        match hold_one(Proto::Tcp, addr) {
+            Err(Error::Io { what, source }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::AddrInUse, "{what}");
+                assert!(
+                    what.starts_with(&format!(
+                        "port {}/tcp is in use by a kernel socket",
+                        addr.port()
+                    )),
+                    "{what}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let start = crate::tcp_service::start_error(hold_one(Proto::Tcp, addr).unwrap_err());
+        assert_eq!(start.kind(), flowlane_app::StartErrorKind::Os, "{start}");
+        assert_eq!(
+            start.io_error().map(|e| e.kind()),
+            Some(std::io::ErrorKind::AddrInUse),
+            "{start}"
+        );
+        drop(taken);
+        assert!(hold_one(Proto::Tcp, addr).unwrap().is_some());
+    }
 
     fn served(n: u32) -> BTreeSet<u32> {
         (0..n).collect()

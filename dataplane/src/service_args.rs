@@ -753,7 +753,7 @@ mod tests {
             format!(
                 "port {port}/tcp is in use by a kernel socket (another server, or connections of \
                  one, maybe ended, in TIME-WAIT: `ss -tan 'sport = :{port}'` lists them): choose \
-                 another --port or stop it"
+                 another --port or stop it: Address already in use (os error 98)"
             )
         );
         let e = crate::runtime::check_unserved_queues("xsk0", 2, &[0].into(), None)

@@ -776,16 +776,11 @@ pub(crate) fn check_active_opens(
     Ok(())
 }
 
-/// Refuses a move of a bucket from queue `from` to queue `to` when either
-/// is among the `failed` queues ([`Dataplane::failed_queues`]): a queue
-/// that failed closed resets every connection it holds or is sent (the
-/// bucket's, moved there), and one whose worker ended answers no move.
-/// The reason, in one line, for [`Error::MoveRefused`].
 /// The [`StartError`] of a data path's error at start: a queue's set-up's
 /// own error stays its source (a [`StartError`] it returned stays as it
 /// is), an OS error its source; the others, whose message says their
 /// cause, keep their message.
-fn start_error(e: Error) -> StartError {
+pub(crate) fn start_error(e: Error) -> StartError {
     match e {
         Error::Handler { queue, source } => {
             StartError::setup(format!("queue {queue}: the set-up failed"), source)
@@ -796,6 +791,11 @@ fn start_error(e: Error) -> StartError {
     }
 }
 
+/// Refuses a move of a bucket from queue `from` to queue `to` when either
+/// is among the `failed` queues ([`Dataplane::failed_queues`]): a queue
+/// that failed closed resets every connection it holds or is sent (the
+/// bucket's, moved there), and one whose worker ended answers no move.
+/// The reason, in one line, for [`Error::MoveRefused`].
 fn check_move_queues(from: u32, to: u32, failed: &[u32]) -> std::result::Result<(), String> {
     match [to, from].into_iter().find(|q| failed.contains(q)) {
         Some(q) => Err(format!(

@@ -59,7 +59,8 @@ fn in_use(port: u16, proto: &str) -> String {
     format!(
         "port {port}/{proto} is in use by a kernel socket (another server, or connections of \
          one, maybe ended, in TIME-WAIT: `ss -{}an 'sport = :{port}'` lists them): choose \
-         another port (TcpServiceConfig::listen) or stop it",
+         another port (TcpServiceConfig::listen) or stop it: Address already in use \
+         (os error 98)",
         &proto[..1]
     )
 }
@@ -158,7 +159,7 @@ fn a_port_only_ended_connections_hold_says_so() {
             "port 7790/tcp is still held by kernel connections that ended there (TIME-WAIT or \
              closing: a server stopped less than a minute ago?): wait for them to go \
              (`ss -tan 'sport = :7790'` lists them) or choose another port \
-             (TcpServiceConfig::listen)"
+             (TcpServiceConfig::listen): Address already in use (os error 98)"
         );
         // A server that did not set SO_REUSEADDR: its ended connections
         // keep that setting in TIME-WAIT and keep the probe out too; the
