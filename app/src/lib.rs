@@ -120,6 +120,7 @@ mod handles;
 mod net;
 mod setup;
 mod start;
+mod stop;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
@@ -140,3 +141,4 @@ pub use handles::{seen_state, Handles};
 pub use net::{Net, Placement, Wake};
 pub use setup::{IntoSetupResult, Setup, SetupError, SetupExt};
 pub use start::{StartError, StartErrorKind};
+pub use stop::{StopError, StopErrorKind, Worker};

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use flowlane_app::StopError;
 use flowlane_kernel::{KernelConfig, KernelService};
 use flowlane_qp::QueuePairConfig;
 use flowlane_tokio::AsyncConfig;
@@ -101,9 +102,11 @@ fn main() {
     let service = KernelService::start(kernel, move |core| relays.setup_core(core))
         .unwrap_or_else(|e| exit(e));
     wait(&stop);
-    // The cores first (their drain), then the application threads.
-    let (_, error) = service.stop();
-    if let Some(e) = error.or_else(|| queue_pairs.stop()) {
+    // The cores first (their drain), then the application threads; what
+    // failed in either, as one error.
+    let (_, cores) = service.stop();
+    let threads = queue_pairs.stop();
+    if let Err(e) = StopError::collect(cores.err().into_iter().chain(threads.err())) {
         exit(e);
     }
 }

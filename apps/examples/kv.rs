@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use flowlane_app::{CloseReason, ConnHandle, ConnHandler, IntoSetupResult, Net, Setup, SetupExt};
+use flowlane_app::{
+    CloseReason, ConnHandle, ConnHandler, IntoSetupResult, Net, Setup, SetupExt, StopError,
+};
 use flowlane_kernel::{KernelConfig, KernelService};
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 
@@ -193,10 +195,11 @@ fn main() {
     while !stop.load(Ordering::Relaxed) && !service.failed() {
         std::thread::sleep(Duration::from_millis(100));
     }
-    // The cores first (their drain), then the application threads.
-    let (_, error) = service.stop();
-    let error = error.or_else(|| qp.and_then(|qp| qp.stop()));
-    if let Some(e) = error {
+    // The cores first (their drain), then the application threads; what
+    // failed in either, as one error.
+    let (_, cores) = service.stop();
+    let threads = qp.map_or(Ok(()), |qp| qp.stop());
+    if let Err(e) = StopError::collect(cores.err().into_iter().chain(threads.err())) {
         exit(e);
     }
 }

@@ -563,7 +563,8 @@ fn run_here(args: &Args) -> Result<()> {
         .iter()
         .map(|(q, s)| QueueSteering::new(*q, s))
         .collect();
-    dp.stop();
+    // A worker that failed is not udp-ping's to report (it never was).
+    let _ = dp.stop();
     let Some((reply_queue, at, seq)) = reply else {
         if stray > 0 {
             bail!(

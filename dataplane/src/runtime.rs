@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use flowlane_app::{StopError, Worker};
 pub use flowlane_ebpf::steer::LocalAddress;
 use flowlane_ebpf::steer::{Proto, SteerStats, Steering};
 
@@ -631,7 +632,7 @@ impl Dataplane {
                 Err(source) => {
                     // The workers already running stop before the error
                     // goes back: none is left behind, polling its socket.
-                    stop_workers(&stop, &mut workers);
+                    let _ = stop_workers(&stop, &mut workers);
                     return Err(Error::Io {
                         what: "spawning a worker".into(),
                         source,
@@ -923,11 +924,19 @@ impl Dataplane {
     /// Stops the workers and waits for them. Each, told to stop, lets its
     /// handler let go of what it holds before its socket closes
     /// ([`QueueHandler::on_stop`]: a TCP handler resets its connections).
-    pub fn stop(mut self) {
-        self.shutdown();
+    /// Returns what went wrong while they ran, by queue
+    /// ([`Worker::Core`]): a worker whose loop panicked
+    /// ([`StopErrorKind::Panicked`](flowlane_app::StopErrorKind::Panicked):
+    /// its queue failed closed, or its thread ended; the panic's words
+    /// where its thread ended with them, else they are in the log), one
+    /// that gave its socket up
+    /// ([`StopErrorKind::Failed`](flowlane_app::StopErrorKind::Failed),
+    /// the OS error its source).
+    pub fn stop(mut self) -> std::result::Result<(), StopError> {
+        StopError::collect(self.shutdown())
     }
 
-    fn shutdown(&mut self) {
+    fn shutdown(&mut self) -> Vec<StopError> {
         // The kernel answers new SYNs from here (an RST: it has no socket
         // for them), where in the workers' last passes and until the
         // program is detached they would wait on sockets no one reads
@@ -948,7 +957,7 @@ impl Dataplane {
                 tracing::warn!(error = %e, "giving flowlane's ports back to the kernel at the stop")
             }
         }
-        stop_workers(&self.stop, &mut self.workers);
+        stop_workers(&self.stop, &mut self.workers)
     }
 }
 
@@ -1006,17 +1015,39 @@ const RELEASE_SETTLE: std::time::Duration = std::time::Duration::from_millis(2);
 /// worker that makes none is stuck; the stop goes on without it).
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Tells the workers to stop and waits for each.
-fn stop_workers(stop: &AtomicBool, workers: &mut [WorkerHandle]) {
+/// Tells the workers to stop and waits for each; returns what went wrong
+/// while they ran ([`Dataplane::stop`]).
+fn stop_workers(stop: &AtomicBool, workers: &mut [WorkerHandle]) -> Vec<StopError> {
     stop.store(true, Ordering::Relaxed);
+    let mut failures = Vec::new();
     for w in workers {
-        if let Some(t) = w.thread.take() {
-            if t.join().is_err() {
-                tracing::error!(queue = w.info.queue, "worker panicked");
+        let q = w.info.queue;
+        let Some(t) = w.thread.take() else { continue };
+        if let Err(panic) = t.join() {
+            tracing::error!(queue = q, "worker panicked");
+            let words = StopError::panic_words(panic.as_ref());
+            failures.push(StopError::panicked(Worker::Core(q), words));
+        } else if w.panicked.load(Ordering::Relaxed) {
+            // Caught: the queue failed closed, its words logged then.
+            failures.push(StopError::panicked(Worker::Core(q), IN_THE_LOG));
+        } else {
+            let errno = w.failed.load(Ordering::Relaxed);
+            if errno != 0 {
+                failures.push(StopError::failed(
+                    Worker::Core(q),
+                    format!("queue {q}: its AF_XDP socket failed, the queue stopped serving"),
+                    std::io::Error::from_raw_os_error(errno),
+                ));
             }
         }
     }
+    failures
 }
+
+/// The panic's words of a worker whose queue failed closed: the worker
+/// logged them as it caught the panic.
+pub(crate) const IN_THE_LOG: &str = "(its words are in the service's log, logged as the queue \
+                                     failed closed)";
 
 /// Refuses to serve only some of `ifname`'s `rx_queues` receive queues
 /// (those in `served`) unless the NIC's indirection `table` is known and
@@ -1077,7 +1108,7 @@ fn busy(ifname: &str, holder: &iface::Process) -> Error {
 
 impl Drop for Dataplane {
     fn drop(&mut self) {
-        self.shutdown();
+        let _ = self.shutdown();
     }
 }
 

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use flowlane_app::{IntoSetupResult, Setup, SetupError, StartError, StartErrorKind};
+use flowlane_app::{IntoSetupResult, Setup, SetupError, StartError, StartErrorKind, StopError};
 use flowlane_ebpf::steer::Proto;
 use flowlane_numa_sched::RssState;
 
@@ -698,7 +698,11 @@ impl TcpService {
     }
 
     /// Stops the workers and releases the data path; returns each queue's
-    /// final counters (published by each worker as it exits).
+    /// final counters (published by each worker as it exits), and what
+    /// went wrong while the workers ran ([`Dataplane::stop`]'s: a queue
+    /// whose handler panicked, `flowlane_app::StopErrorKind::Panicked` and
+    /// its queue; one whose socket failed, `Failed` and the OS error). The
+    /// counters come either way: `let (counters, stopped) = service.stop();`.
     ///
     /// Each worker, told to stop, resets the connections its queue still
     /// holds before its socket closes, as the kernel-socket backend's stop
@@ -716,17 +720,18 @@ impl TcpService {
     /// [`TcpService::linger`] first to let closes under way finish with
     /// their FINs, and the handlers close what they can end cleanly (a
     /// FIN to an idle keep-alive connection, as nginx's graceful stop).
-    pub fn stop(self) -> FinalCounters {
+    pub fn stop(self) -> (FinalCounters, std::result::Result<(), StopError>) {
         let TcpService {
             dataplane,
             counters,
             ..
         } = self;
-        dataplane.stop();
-        FinalCounters {
+        let stopped = dataplane.stop();
+        let counters = FinalCounters {
             tcp: Self::read(&counters),
             buckets: Self::read_buckets(&counters),
-        }
+        };
+        (counters, stopped)
     }
 }
 

@@ -35,7 +35,7 @@ fn zero_copy_on_veth_says_the_driver_lacks_it() {
         cfg.bind_mode = BindMode::Copy;
         let dp = Dataplane::start(cfg, |_: &QueueInfo| Ok::<_, std::io::Error>(Nop))
             .expect("copy mode on veth");
-        dp.stop();
+        dp.stop().expect("no queue failed");
     });
 }
 

@@ -124,7 +124,7 @@ fn a_port_a_kernel_socket_uses_refuses_the_start() {
         drop(resolver);
         // Gone, the ports can be claimed.
         let dp = start(config(&[(Proto::Tcp, 7777), (Proto::Udp, 7779)])).unwrap();
-        dp.stop();
+        dp.stop().expect("no queue failed");
     });
 }
 
@@ -216,7 +216,7 @@ fn the_ports_held_keep_the_kernel_off_them() {
         std::fs::write(range, "7778 7778").unwrap();
         taken(udp_bind("0.0.0.0:0"), "udp autobind");
         std::fs::write(range, "32768 60999").unwrap();
-        dp.stop();
+        dp.stop().expect("no queue failed");
         // Released with the data path.
         drop(tcp_bind("0.0.0.0:7777").expect("7777/tcp released"));
         drop(udp_bind("0.0.0.0:7778").expect("7778/udp released"));
@@ -238,7 +238,7 @@ fn the_ports_held_keep_the_kernel_off_them() {
         drop(tcp_bind("10.98.0.11:7777").expect("another address is the kernel's"));
         let v6 = "[::]:7777".parse().unwrap();
         bind_with(v6, SockType::Stream, false, true).expect("IPv6 is the kernel's");
-        dp.stop();
+        dp.stop().expect("no queue failed");
     });
 }
 
@@ -258,7 +258,7 @@ fn a_port_claimed_at_run_time_is_checked_and_held() {
         dp.claim_port(Proto::Udp, 7791).unwrap();
         dp.claim_port(Proto::Tcp, 7777).unwrap();
         assert!(dp.check().is_ok());
-        dp.stop();
+        dp.stop().expect("no queue failed");
         drop(udp_bind("0.0.0.0:7791").expect("7791/udp released"));
     });
 }

@@ -63,7 +63,7 @@ fn a_setup_that_panics_on_one_queue_fails_the_start_and_releases_everything() {
             .expect("serving the interface again");
         assert_eq!(dp.queues().len(), 2);
         assert!(dp.check().is_ok());
-        dp.stop();
+        dp.stop().expect("no queue failed");
     });
 }
 
@@ -82,6 +82,6 @@ fn a_setup_that_fails_on_one_queue_fails_the_start_and_releases_everything() {
         assert_eq!(e, "queue 1: no room for queue 1");
         let dp = Dataplane::start(config(), |_: &QueueInfo| Ok::<_, std::io::Error>(Nop))
             .expect("serving the interface again");
-        dp.stop();
+        dp.stop().expect("no queue failed");
     });
 }

@@ -72,7 +72,7 @@ fn the_steering_program_s_counters_are_read_for_every_queue() {
             assert_eq!(t.no_socket, 0, "{t:?}");
             // The later fragment, and ARP.
             assert!(t.passed >= 1, "{t:?}");
-            dp.stop();
+            dp.stop().expect("no queue failed");
         },
     );
 }

@@ -104,6 +104,6 @@ fn an_echo_s_frames_count_no_worker_drop() {
         }
         assert!(rx >= 5, "{rx} frames received");
         assert_eq!(dropped, 0, "{dropped} of {rx} frames counted dropped");
-        dp.stop();
+        dp.stop().expect("no queue failed");
     });
 }

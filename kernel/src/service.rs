@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use flowlane_app::{IntoSetupResult, Placement, Setup, StartError, Stats};
+use flowlane_app::{IntoSetupResult, Placement, Setup, StartError, Stats, StopError, Worker};
 
 use crate::core::{KernelCore, Limits};
 use crate::listener::{pin_to, Claims};
@@ -119,7 +119,7 @@ struct Question {
 #[derive(Debug)]
 pub struct KernelService {
     stop: Arc<AtomicBool>,
-    threads: Vec<(u32, JoinHandle<Result<(), String>>)>,
+    threads: Vec<(u32, JoinHandle<Result<(), StopError>>)>,
     counters: Vec<(u32, Arc<Mutex<CoreCounters>>)>,
     cores: Vec<Placement>,
     questions: Vec<Sender<Question>>,
@@ -193,8 +193,8 @@ impl KernelService {
     /// let mut line = String::new();
     /// BufReader::new(&peer).read_line(&mut line)?;
     /// assert_eq!(line, "hello\n");
-    /// let (_counters, failed) = service.stop();
-    /// assert_eq!(failed, None);
+    /// let (_counters, stopped) = service.stop();
+    /// stopped?; // a core that panicked or failed while it ran
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn start<S, R>(config: KernelConfig, setup: S) -> Result<KernelService, StartError>
@@ -270,7 +270,7 @@ impl KernelService {
                             Err(StartError::worker(format!(
                                 "queue {}: the set-up panicked: {}",
                                 p.queue,
-                                panic_message(panic.as_ref())
+                                StopError::panic_words(panic.as_ref())
                             )))
                         });
                     // Told, then gone: once every core's sender is, a
@@ -282,9 +282,9 @@ impl KernelService {
                             core
                         }
                         Err(e) => {
-                            let line = e.to_string();
+                            // The start says it: no failure for the stop.
                             let _ = ready.send(Err(e));
-                            return Err(line);
+                            return Ok(());
                         }
                     };
                     drop(ready);
@@ -315,7 +315,14 @@ impl KernelService {
                             answer(c, &questions);
                             publish(c, false, &mut last)
                         })
-                        .map_err(|e| format!("queue {}: polling: {e}", p.queue));
+                        .map_err(|e| {
+                            let q = p.queue;
+                            StopError::failed(
+                                Worker::Core(q),
+                                format!("queue {q}: polling failed"),
+                                e,
+                            )
+                        });
                     publish(&core, true, &mut last);
                     r
                 })
@@ -329,11 +336,11 @@ impl KernelService {
             match ready_rx.recv() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    service.stop();
+                    let _ = service.stop();
                     return Err(e);
                 }
                 Err(_) => {
-                    service.stop();
+                    let _ = service.stop();
                     return Err(StartError::worker("a core's thread ended during set-up"));
                 }
             }
@@ -407,8 +414,14 @@ impl KernelService {
         self.threads.iter().all(|(_, t)| t.is_finished())
     }
 
-    /// Stops every core and returns their final counters, and the first
-    /// error a core ended with. Each core first lets the closes under way
+    /// Stops every core and returns their final counters, and what went
+    /// wrong while they ran: each core whose thread panicked
+    /// ([`StopErrorKind::Panicked`](flowlane_app::StopErrorKind::Panicked),
+    /// [`Worker::Core`] its queue, the panic's words kept) or whose poll
+    /// failed ([`StopErrorKind::Failed`](flowlane_app::StopErrorKind::Failed),
+    /// the OS error its source). The counters come either way: a core that
+    /// failed published its own up to its end. Each core first lets the
+    /// closes under way
     /// finish, [`STOP_LINGER`](crate::STOP_LINGER) at most (the bound the
     /// AF_XDP backend's services give `TcpService::linger`): the bytes its
     /// handlers' closes still hold go out, then their FIN, and a close
@@ -417,28 +430,17 @@ impl KernelService {
     /// for and that hold no bytes here; every other one is reset, never
     /// ended with a FIN that would make a stream cut short look complete
     /// to its peer. Handlers hear nothing of this.
-    pub fn stop(mut self) -> (Vec<(u32, CoreCounters)>, Option<String>) {
+    pub fn stop(mut self) -> (Vec<(u32, CoreCounters)>, Result<(), StopError>) {
         self.stop.store(true, Ordering::Relaxed);
-        let mut first = None;
-        for (q, t) in self.threads.drain(..) {
-            let r = t
-                .join()
-                .unwrap_or_else(|_| Err(format!("queue {q}: the core's thread panicked")));
-            if let Err(e) = r {
-                first.get_or_insert(e);
-            }
-        }
-        (self.counters(), first)
+        let ended = self.threads.drain(..).map(|(q, t)| {
+            t.join().unwrap_or_else(|panic| {
+                let words = StopError::panic_words(panic.as_ref());
+                Err(StopError::panicked(Worker::Core(q), words))
+            })
+        });
+        let failures: Vec<StopError> = ended.filter_map(Result::err).collect();
+        (self.counters(), StopError::collect(failures))
     }
-}
-
-/// What a panic's payload says (`panic!`'s message, or a placeholder).
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("(no message)")
 }
 
 /// Answers the questions waiting for `core`.
@@ -502,7 +504,7 @@ mod tests {
             "{e}"
         );
         let opens_only = KernelService::start(config(vec![core], vec![]), |_| ()).unwrap();
-        assert_eq!(opens_only.stop().1, None);
+        opens_only.stop().1.unwrap();
     }
 
     /// The usual service's configuration: its cores unpinned, every
@@ -570,6 +572,48 @@ mod tests {
         }
     }
 
+    /// Panics at its first connection.
+    struct PanicAtAccept;
+
+    impl ConnHandler for PanicAtAccept {
+        fn on_accept(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {
+            panic!("a handler bug at accept");
+        }
+        fn on_data(&mut self, _net: &mut dyn Net, _conn: ConnHandle) {}
+    }
+
+    /// A core whose handler panicked while it ran (its thread ended) is
+    /// reported by the stop: its kind, its queue and the panic's words,
+    /// beside the counters.
+    #[test]
+    fn stop_reports_a_core_that_panicked_with_its_queue_and_words() {
+        let port = 47_313;
+        let config = KernelConfig {
+            listen_on: vec![IpAddr::from([127, 0, 0, 1])],
+            ..KernelConfig::new(1)
+        };
+        let service = KernelService::start(config, move |s: &mut dyn Setup| {
+            s.listen(port, PanicAtAccept)
+        })
+        .unwrap();
+        let _peer = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let start = Instant::now();
+        while !service.failed() {
+            assert!(start.elapsed().as_secs() < 5, "the core never ended");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (counters, stopped) = service.stop();
+        assert_eq!(counters.len(), 1);
+        let e = stopped.expect_err("the panic is reported");
+        assert_eq!(e.kind(), flowlane_app::StopErrorKind::Panicked, "{e:#}");
+        assert_eq!(e.worker(), Some(Worker::Core(0)), "{e:#}");
+        assert_eq!(e.panic_message(), Some("a handler bug at accept"));
+        assert_eq!(
+            format!("{e:#}"),
+            "queue 0 panicked: a handler bug at accept"
+        );
+    }
+
     /// A stopping service waits for the connections their handler said
     /// it would close (`AtStop::Finish`): their peer reads the end of the
     /// stream (a FIN), not a reset, though the close comes after the
@@ -602,8 +646,8 @@ mod tests {
             let stopping = std::thread::spawn(move || service.stop());
             peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             let got = peer.read(&mut [0u8; 8]).map_err(|e| e.kind());
-            let (_, failed) = stopping.join().unwrap();
-            assert_eq!(failed, None);
+            let (_, stopped) = stopping.join().unwrap();
+            stopped.unwrap();
             if finish {
                 assert_eq!(got, Ok(0), "the end of the stream, after the stop began");
             } else {

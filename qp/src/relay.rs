@@ -1514,7 +1514,7 @@ mod tests {
         assert_eq!(seen, actual);
         assert_eq!(qp.misplaced_cores(), [(configured, actual)]);
         drop(relay);
-        assert_eq!(qp.stop(), None);
+        qp.stop().unwrap();
     }
 
     /// A core `QueuePairConfig::cores` has no entry for, and one set up
@@ -1545,6 +1545,6 @@ mod tests {
         let e = qp.setup_core(&mut KeptHandler::default()).unwrap_err();
         assert!(e.to_string().contains("setup_core was called twice"), "{e}");
         assert_eq!(Error::from(e), Error::InvalidState);
-        assert_eq!(qp.stop(), None);
+        qp.stop().unwrap();
     }
 }

@@ -8,7 +8,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use flowlane_app::{
-    Dispatcher, Error, IntoSetupResult, Placement, Setup, SetupError, StartError, SynFilter,
+    Dispatcher, Error, IntoSetupResult, Placement, Setup, SetupError, StartError, StopError,
+    SynFilter, Worker,
 };
 
 use crate::app_net::{CoreLink, QpNet};
@@ -265,8 +266,8 @@ impl QueuePairs {
     /// let qp = QueuePairs::start(QueuePairConfig::new(&cores), |s| s.listen(9, Discard))?;
     /// // Here the backend starts, each core calling `qp.setup_core(core)`;
     /// // it stops first, then the application threads.
-    /// assert_eq!(qp.stop(), None);
-    /// # Ok::<(), flowlane_app::StartError>(())
+    /// qp.stop()?; // a thread that panicked, threads left running
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors
@@ -530,7 +531,7 @@ impl QueuePairs {
         };
         match failure {
             Some(e) => {
-                qp.stop();
+                let _ = qp.stop();
                 Err(e)
             }
             None => Ok(qp),
@@ -663,12 +664,17 @@ impl QueuePairs {
     /// ([`QueuePairConfig::stall_after`], 1 s at least), then leaves those
     /// not ended running, counted ([`QueuePairs::threads_left_running`]),
     /// rather than hang on a handler blocked for good. Returns what went
-    /// wrong: a thread that panicked, threads left running.
-    pub fn stop(&self) -> Option<String> {
+    /// wrong: each thread that panicked
+    /// ([`StopErrorKind::Panicked`](flowlane_app::StopErrorKind::Panicked),
+    /// [`Worker::AppThread`] its index, the panic's words kept), then the
+    /// threads left running
+    /// ([`StopErrorKind::LeftRunning`](flowlane_app::StopErrorKind::LeftRunning)).
+    /// A second call finds nothing more to stop: `Ok`.
+    pub fn stop(&self) -> Result<(), StopError> {
         self.stop.store(true, Ordering::Relaxed);
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         let deadline = Instant::now() + self.stop_wait;
-        let mut panicked = None;
+        let mut failures = Vec::new();
         let mut left = Vec::new();
         for (t, h) in threads {
             while !h.is_finished() && Instant::now() < deadline {
@@ -679,35 +685,30 @@ impl QueuePairs {
                 left.push(t);
                 continue;
             }
-            if h.join().is_err() {
-                panicked.get_or_insert(format!("application thread {t} panicked"));
+            if let Err(panic) = h.join() {
+                let words = StopError::panic_words(panic.as_ref());
+                failures.push(StopError::panicked(Worker::AppThread(t), words));
             }
         }
-        if left.is_empty() {
-            return panicked;
+        if !left.is_empty() {
+            self.left_running
+                .fetch_add(left.len() as u64, Ordering::Relaxed);
+            failures.push(StopError::left_running(left, self.stop_wait));
         }
-        self.left_running
-            .fetch_add(left.len() as u64, Ordering::Relaxed);
-        let report = format!(
-            "application threads {left:?} did not stop within {:?} (a handler blocked): left running",
-            self.stop_wait
-        );
-        Some(match panicked {
-            Some(p) => format!("{p}; {report}"),
-            None => report,
-        })
+        StopError::collect(failures)
     }
 }
 
 impl Drop for QueuePairs {
     fn drop(&mut self) {
-        self.stop();
+        let _ = self.stop();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flowlane_app::StopErrorKind;
     use std::sync::mpsc;
 
     /// `n` unpinned cores (or threads) on node 0.
@@ -755,11 +756,53 @@ mod tests {
         let _ = release_tx.send(());
         let report = stopped
             .expect("stop() hung on a blocked thread")
-            .expect("the blocked thread is reported");
-        assert!(report.contains("[1]"), "{report}");
+            .expect_err("the blocked thread is reported");
+        assert_eq!(report.kind(), StopErrorKind::LeftRunning, "{report:#}");
+        assert_eq!(report.left_running_threads(), [1], "{report:#}");
+        assert_eq!(report.failures().count(), 1, "{report:#}");
+        assert!(report.to_string().contains("[1]"), "{report}");
         assert_eq!(qp.threads_left_running(), 1);
         assert!(!qp.alive[0].load(Ordering::Relaxed), "thread 0 stopped");
-        assert_eq!(qp.stop(), None, "nothing left to stop");
+        qp.stop().expect("nothing left to stop");
+    }
+
+    /// An application thread that panicked while it ran is reported by
+    /// the stop: its kind, its index and the panic's words; the other
+    /// thread stopped as usual.
+    #[test]
+    fn stop_reports_a_thread_that_panicked_with_its_index_and_words() {
+        let qp = QueuePairs::start_with(
+            QueuePairConfig {
+                cores: places(1),
+                app_threads: places(2),
+                pin: |_| Ok(()),
+                stall_after: Duration::from_millis(200),
+            },
+            |_| Ok::<_, SetupError>(()),
+            move |port, ()| {
+                if port.index() == 1 {
+                    panic!("thread 1 asked to panic");
+                }
+                port.run();
+            },
+        )
+        .unwrap();
+        let start = Instant::now();
+        while qp.dead_threads().is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(10), "never panicked");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(qp.dead_threads(), [1]);
+        let e = qp.stop().expect_err("the panic is reported");
+        assert_eq!(e.kind(), StopErrorKind::Panicked, "{e:#}");
+        assert_eq!(e.worker(), Some(Worker::AppThread(1)), "{e:#}");
+        assert_eq!(e.panic_message(), Some("thread 1 asked to panic"));
+        assert_eq!(e.failures().count(), 1, "{e:#}");
+        assert_eq!(
+            format!("{e:#}"),
+            "application thread 1 panicked: thread 1 asked to panic"
+        );
+        assert_eq!(qp.threads_left_running(), 0);
     }
 
     /// The usual configuration: a thread per core on the core's node, not
@@ -837,7 +880,7 @@ mod tests {
         assert!((0..MAX_APP_THREADS as u32)
             .map(app_thread_name)
             .all(|n| n.len() <= 15));
-        assert_eq!(qp.stop(), None);
+        qp.stop().unwrap();
     }
 
     /// Each way queue-pair mode's start fails is a kind of

@@ -85,7 +85,7 @@ fn every_byte_comes_back_from_the_echo_handler_on_two_cores() {
         c.join().unwrap();
     }
     let (counters, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
     let opens: u64 = counters.iter().map(|(_, c)| c.stats.passive_opens).sum();
     let bytes_in: u64 = counters.iter().map(|(_, c)| c.stats.bytes_in).sum();
     let bytes_out: u64 = counters.iter().map(|(_, c)| c.stats.bytes_out).sum();
@@ -369,7 +369,7 @@ fn a_handler_reads_the_kernel_s_figures_for_its_connection() {
         KernelService::start(config(1, Limits::default()), listen_informed(port, &seen)).unwrap();
     info_is_told(port, &seen, false);
     let (_, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
 }
 
 /// A handler's `on_closed` reads its connection's addresses, as on the
@@ -393,7 +393,7 @@ fn a_handler_reads_its_connection_s_addresses_and_figures_in_on_closed() {
         "the kernel's figures: {info:?}"
     );
     let (_, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
 }
 
 /// A handler that never asked for a connection's figures has none in its
@@ -412,7 +412,7 @@ fn a_connection_whose_figures_were_never_asked_has_none_in_on_closed() {
     let info = addresses_are_told_at_close(port, &told);
     assert_eq!(info, Err(flowlane_app::Error::InvalidHandle));
     let (_, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
 }
 
 #[test]
@@ -422,7 +422,7 @@ fn a_handler_refuses_a_connection_before_taking_it() {
         KernelService::start(config(1, Limits::default()), listen_every_other(port)).unwrap();
     the_second_is_refused(port);
     let (counters, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
     assert_eq!(counters[0].1.stats.passive_opens, 2);
     assert_eq!(
         counters[0].1.application_refused, 1,
@@ -519,7 +519,7 @@ fn slow_readers_share_a_bounded_receive_memory_and_get_every_byte() {
         c.join().unwrap();
     }
     let (counters, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
     let mut want: Vec<u64> = (0..conns)
         .map(|i| fnv(FNV_START, &payload(i + 1, size)))
         .collect();
@@ -625,7 +625,7 @@ fn writes_to_peers_that_do_not_read_share_a_bounded_send_memory() {
         c.join().unwrap();
     }
     let (counters, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
     let c = counters[0].1;
     assert_eq!(c.stats.bytes_out, u64::from(conns) * size as u64);
     assert!(c.tx_memory_peak <= 128 << 10, "{c:?}");
@@ -679,7 +679,7 @@ fn an_echo_out_of_send_memory_loses_no_byte() {
     );
     drop(hog);
     let (counters, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
     assert!(
         counters[0].1.tx_memory_waits > 0,
         "the case arose: {:?}",
@@ -785,7 +785,7 @@ fn a_handler_s_empty_read_is_end_of_stream_only_at_the_end() {
     .unwrap();
     empty_reads_are_end_of_stream_only_at_the_end(port, &seen);
     let (_, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
 }
 
 /// Sends `data` on the connection it accepts (its kernel send buffer
@@ -901,7 +901,7 @@ fn a_stop_resets_a_connection_whose_bytes_did_not_all_go() {
     let mut s = TcpStream::connect((LOOPBACK, port)).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let (counters, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
     let taken = taken.load(Ordering::Relaxed);
     assert!(taken > 0 && taken < data.len(), "{taken}");
     let (got, end) = read_until_the_end(&mut s);
@@ -931,7 +931,7 @@ fn a_stop_lets_a_close_send_what_it_holds_first() {
     assert_eq!(end, Ok(()));
     assert!(got == data, "{} of {} bytes", got.len(), data.len());
     let (counters, err) = stopping.join().unwrap();
-    assert_eq!(err, None);
+    err.unwrap();
     assert_eq!(counters[0].1.stats.resets_out, 0, "{:?}", counters[0].1);
 }
 
@@ -948,7 +948,7 @@ fn a_stop_resets_a_close_whose_peer_does_not_read_in_time() {
     let started = Instant::now();
     let (counters, err) = service.stop();
     assert!(started.elapsed() < Duration::from_secs(5), "bounded");
-    assert_eq!(err, None);
+    err.unwrap();
     let (got, end) = read_until_the_end(&mut s);
     assert!(got.len() < data.len() && got == data[..got.len()]);
     assert_eq!(end, Err(std::io::ErrorKind::ConnectionReset));
@@ -998,7 +998,7 @@ fn a_reset_after_the_peer_s_fin_ends_the_connection() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let (counters, err) = service.stop();
-    assert_eq!(err, None);
+    err.unwrap();
     assert_eq!(counters[0].1.stats.resets_in, 1);
 }
 
@@ -1076,7 +1076,7 @@ fn both_fins_and_every_byte_read_end_the_connection() {
             .map(|_| heard.recv_timeout(Duration::from_secs(5)))
             .collect();
         let (counters, err) = service.stop();
-        assert_eq!(err, None);
+        err.unwrap();
         let case = format!("FIN at the peer's: {at_fin}, peer sends: {peer_sends}");
         assert_eq!(
             told,

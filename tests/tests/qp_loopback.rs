@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt};
+use flowlane_app::{ConnHandle, ConnHandler, Net, SetupExt, StopErrorKind, Worker};
 use flowlane_kernel::KernelService;
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 use loopback_common::*;
@@ -67,11 +67,11 @@ fn the_echo_handler_runs_unchanged_on_application_threads() {
     }
     assert_eq!(qp.connections(), 0, "every connection closed");
     let (counters, err) = kernel.stop();
-    assert_eq!(err, None);
+    err.unwrap();
     let bytes_in: u64 = counters.iter().map(|(_, c)| c.stats.bytes_in).sum();
     let want: u64 = (0..6u64).map(|i| (1 << 20) + 4099 * i).sum();
     assert_eq!(bytes_in, want);
-    assert_eq!(qp.stop(), None);
+    qp.stop().unwrap();
 }
 
 /// Reads nothing until `go` is set, then echoes (from its next tick on:
@@ -137,7 +137,7 @@ fn a_thread_that_does_not_read_closes_the_window_and_loses_nothing() {
     assert!(taken < 1 << 20, "the core read {taken} of {sent} bytes");
     go.store(true, Ordering::Relaxed);
     finish_echo(s, &data, sent);
-    kernel.stop();
+    kernel.stop().1.expect("no core failed");
 }
 
 /// Echoes, except that the word "boom" makes it panic.
@@ -210,9 +210,16 @@ fn a_panicking_application_thread_loses_its_connections_only() {
         "the panicking thread's connection was not counted"
     );
     let (_, err) = kernel.stop();
-    assert_eq!(err, None, "a network core ended");
-    let e = qp.stop().expect("the panic is reported");
-    assert!(e.contains("panicked"), "{e}");
+    err.expect("a network core ended");
+    // The stop reports it: the thread, its panic's words, nothing else.
+    let e = qp.stop().expect_err("the panic is reported");
+    assert_eq!(e.kind(), StopErrorKind::Panicked, "{e:#}");
+    assert_eq!(e.worker(), Some(Worker::AppThread(dead[0])), "{e:#}");
+    assert_eq!(
+        e.panic_message(),
+        Some("the application's bug (this test's, on purpose)")
+    );
+    assert_eq!(e.failures().count(), 1, "{e:#}");
 }
 
 /// Closes each connection at its first data without reading it.
@@ -299,8 +306,8 @@ fn a_stalled_application_thread_loses_its_connections_and_comes_back() {
         assert!(echo_client(port, data.clone()) == data, "connection {i}");
     }
     assert!(qp.dead_threads().is_empty());
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 #[test]
@@ -309,8 +316,8 @@ fn an_application_thread_reads_the_core_s_figures_for_its_connection() {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (qp, kernel) = start(1, listen_informed(port, &seen));
     info_is_told(port, &seen, true);
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 /// An application thread's `on_closed` reads its connection's addresses
@@ -324,8 +331,8 @@ fn an_application_thread_reads_its_connection_s_addresses_in_on_closed() {
     let (qp, kernel) = start(1, listen_told_at_close(port, &told));
     let info = addresses_are_told_at_close(port, &told).expect("figures in on_closed");
     assert_eq!(info.readable, 0, "{info:?}");
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 #[test]
@@ -333,8 +340,8 @@ fn an_application_thread_refuses_a_connection_before_taking_it() {
     let port = free_port();
     let (qp, kernel) = start(1, listen_every_other(port));
     the_second_is_refused(port);
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
     assert_eq!(qp.application_refused(), 1, "counted for the summary");
 }
 
@@ -370,7 +377,7 @@ fn closing_with_data_on_its_way_to_the_thread_resets() {
     let mut b = [0u8; 8];
     let got = s.read(&mut b).map_err(|e| e.kind());
     assert_eq!(got, Err(std::io::ErrorKind::ConnectionReset));
-    kernel.stop();
+    kernel.stop().1.expect("no core failed");
 }
 
 #[test]
@@ -379,8 +386,8 @@ fn an_application_thread_s_empty_read_is_end_of_stream_only_at_the_end() {
     let seen = EmptyReadsSeen::default();
     let (qp, kernel) = start(1, listen_empty_reads(port, &seen));
     empty_reads_are_end_of_stream_only_at_the_end(port, &seen);
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 /// Works `each` on every connection it accepts (slept here: to the cores a
@@ -435,8 +442,8 @@ fn a_thread_busy_on_many_short_events_is_not_stalled() {
         assert!(back == data, "connection {i}: {} bytes back", back.len());
     }
     assert_eq!(qp.orphaned(), 0, "a working thread was taken for stalled");
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 /// Sleeps 300 ms at its first data (a long pass: the core's messages wait
@@ -493,8 +500,8 @@ fn one_byte_segments_come_back_whole_and_in_order() {
     let back = reader.join().unwrap().expect("the echo");
     assert!(back == data, "{} of {} bytes back", back.len(), data.len());
     assert_eq!(qp.orphaned(), 0);
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 /// Queue-pair mode's port, taken already, is refused by the network
@@ -531,7 +538,7 @@ fn a_port_in_use_and_a_failed_set_up_are_start_errors_to_match() {
             move |core| q.setup_core(core),
         );
         let _ = tx.send(r.map(drop));
-        qp.stop();
+        let _ = qp.stop();
     });
     let e = rx
         .recv_timeout(Duration::from_secs(10))

@@ -3,8 +3,10 @@
 //! once (not a minute of silence until their timeouts), a new connection
 //! the NIC steers to it is refused (an RST to its SYN), the other queue
 //! serves on, and the service says it failed (`TcpService::failed`,
-//! `Dataplane::check`). Also: a port only a handler listens on (left out
-//! of `TcpServiceConfig::listen`) is served, not refused by the kernel.
+//! `Dataplane::check`), and its stop reports the queue that panicked
+//! (`StopErrorKind::Panicked`, the queue's `Worker::Core`). Also: a port
+//! only a handler listens on (left out of `TcpServiceConfig::listen`) is
+//! served, not refused by the kernel.
 //!
 //! The service is flowlane's library, not a `flowlane` command: this test
 //! binary again, run inside the bed's namespace; the kernel in the peer
@@ -50,7 +52,8 @@ impl ConnHandler for Commands {
 
 /// The service, in the child: both ports, and what it says of itself
 /// written to `report` (`READY`, then `FAILED <queues> <check>` once a
-/// queue failed), for at most a minute.
+/// queue failed, then `STOPPED <kind> <worker> <error>`, its stop's), for
+/// at most a minute.
 fn serve(report: &Path) {
     let say = |line: String| Report::say(report, &line);
     let mut config = TcpServiceConfig::new("xsk0");
@@ -70,6 +73,11 @@ fn serve(report: &Path) {
             let check = service.dataplane().check().unwrap_err();
             let queues = service.dataplane().failed_queues();
             say(format!("FAILED {queues:?} {check}"));
+            let stopped = match service.stop() {
+                (_, Ok(())) => "nothing".to_string(),
+                (_, Err(e)) => format!("{:?} {:?} {e:#}", e.kind(), e.worker()),
+            };
+            say(format!("STOPPED {stopped}"));
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -147,8 +155,9 @@ fn a_handler_that_panics_fails_its_queue_closed() {
         &["10.99.0.1", &PORT.to_string(), &UNLISTED.to_string()],
     );
     let client = String::from_utf8_lossy(&out.stdout).into_owned();
-    // The service's word, once the client is done (it failed by then).
-    report.wait_for("FAILED", Duration::from_secs(5));
+    // The service's word, once the client is done (it failed by then),
+    // and its stop's.
+    report.wait_for("STOPPED", Duration::from_secs(10));
     kill_and_reap(&mut child);
     let service = report.said();
     assert!(
@@ -195,5 +204,15 @@ fn a_handler_that_panics_fails_its_queue_closed() {
     assert!(
         service.contains(&format!("FAILED [{victim}]")) && service.contains("panicked"),
         "service: {service}; client: {client}"
+    );
+    // Its stop reports the queue that panicked, and nothing else.
+    let stopped = service
+        .lines()
+        .find_map(|l| l.strip_prefix("STOPPED "))
+        .unwrap_or_else(|| panic!("no STOPPED in {service}"));
+    let said = format!("Panicked Some(Core({victim})) queue {victim} panicked: ");
+    assert!(
+        stopped.starts_with(&said) && !stopped.contains(';'),
+        "service: {service}"
     );
 }

@@ -98,7 +98,7 @@ fn serve(report: PathBuf) {
         match TcpService::start(config, move |h| q.setup_core(h).map_err(|e| e.to_string())) {
             Ok(s) => s,
             Err(e) => {
-                qp.stop();
+                let _ = qp.stop();
                 return Report::say(&report, &format!("START {e}"));
             }
         };
@@ -109,8 +109,10 @@ fn serve(report: PathBuf) {
     }
     // As the workers stopped (they publish their counters every 50 ms
     // while they run, and as they stop).
-    let refused: u64 = service.stop().tcp.iter().map(|(_, c)| c.syn_refused).sum();
-    qp.stop();
+    let (last, stopped) = service.stop();
+    stopped.expect("no queue failed");
+    let refused: u64 = last.tcp.iter().map(|(_, c)| c.syn_refused).sum();
+    qp.stop().expect("no application thread failed");
     let reset = counters.refused_backlog.load(Ordering::Relaxed);
     Report::say(&report, &format!("COUNTS {refused} {reset}"));
 }

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use flowlane_app::{StopErrorKind, Worker};
 use flowlane_kernel::KernelService;
 use flowlane_qp::{QueuePairConfig, QueuePairs};
 use flowlane_tokio::{AsyncConfig, Counters, Local};
@@ -107,8 +108,8 @@ fn tokio_streams_echo_every_byte_on_every_thread() {
         c.join().unwrap();
     }
     assert_eq!(counters.accepted.load(Ordering::Relaxed), 8);
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 /// Answers every request with `hello`, keep-alive.
@@ -161,8 +162,8 @@ fn hyper_serves_hyper_s_client_over_flowlane() {
             driver.await.unwrap().unwrap();
         }
     });
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 #[test]
@@ -199,7 +200,7 @@ fn a_stream_nobody_reads_closes_the_window_and_loses_nothing() {
     assert!(taken < 1 << 20, "the core read {taken} of {sent} bytes");
     go_tx.send(()).unwrap();
     finish_echo(s, &data, sent);
-    kernel.stop();
+    kernel.stop().1.expect("no core failed");
 }
 
 /// A SYN filter on the listeners (hyper-server's `--allow-from`) refuses
@@ -274,7 +275,7 @@ fn a_full_backlog_resets_new_connections_counted() {
     );
     assert_eq!(counters.refused_backlog.load(Ordering::Relaxed), 1);
     drop(kept);
-    kernel.stop();
+    kernel.stop().1.expect("no core failed");
 }
 
 #[test]
@@ -320,7 +321,7 @@ fn a_task_that_blocks_its_thread_loses_its_connections_counted() {
         assert!(Instant::now() < deadline, "the thread never came back");
         std::thread::sleep(Duration::from_millis(100));
     }
-    kernel.stop();
+    kernel.stop().1.expect("no core failed");
 }
 
 #[test]
@@ -391,8 +392,8 @@ fn a_tokio_client_connects_through_flowlane_and_reads_its_figures() {
     assert!(queue < 2, "{queue}");
     assert_eq!(n, 256 << 10);
     assert!(mss > 0);
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 /// A stream's `info` gives the core's figures from its first call (no
@@ -473,8 +474,8 @@ fn a_stream_s_info_is_fresh_from_its_first_call() {
     assert_eq!(answered.readable, ANSWER, "{answered:?}");
     assert_eq!((answered.unsent, answered.unacked), (0, 0), "{answered:?}");
     assert_eq!(read.readable, 0, "the bytes read still counted: {read:?}");
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
     peer.join().unwrap();
 }
 
@@ -518,8 +519,8 @@ fn bytes_received_before_both_fins_stay_readable_after_the_close() {
         got.len(),
         data.len()
     );
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 #[test]
@@ -559,8 +560,8 @@ fn tasks_sharing_a_listener_are_each_woken() {
         rx.recv_timeout(Duration::from_secs(10)),
         Ok("both accepted")
     );
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 #[test]
@@ -584,8 +585,8 @@ fn a_connector_and_a_stream_hear_that_their_thread_stopped() {
     });
     let _client = TcpStream::connect((LOOPBACK, port)).unwrap();
     let (connector, mut stream) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -645,11 +646,17 @@ fn a_panic_in_the_application_s_function_ends_its_thread_reported() {
     assert_eq!(r, Err(std::io::ErrorKind::ConnectionReset));
     assert!(qp.orphaned() >= 1, "{}", qp.orphaned());
     assert_eq!(counters.refused_backlog.load(Ordering::Relaxed), 0);
-    let (cores, _) = kernel.stop();
+    let (cores, stopped) = kernel.stop();
+    stopped.expect("no core failed");
     let refused: u64 = cores.iter().map(|(_, c)| c.stats.syn_refused).sum();
     assert_eq!(refused, 1);
-    let report = qp.stop().expect("the panic is reported");
-    assert!(report.contains("application thread 0 panicked"), "{report}");
+    let report = qp.stop().expect_err("the panic is reported");
+    assert_eq!(report.kind(), StopErrorKind::Panicked, "{report:#}");
+    assert_eq!(report.worker(), Some(Worker::AppThread(0)), "{report:#}");
+    assert_eq!(
+        format!("{report:#}"),
+        "application thread 0 panicked: the application's bug (on purpose)"
+    );
 }
 
 #[test]
@@ -689,8 +696,8 @@ fn a_panic_in_a_spawned_task_ends_only_that_task() {
     assert_eq!(read_from(port), b"served");
     assert!(qp.dead_threads().is_empty());
     assert_eq!(qp.orphaned(), 0);
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 #[test]
@@ -761,8 +768,8 @@ fn a_stream_and_a_connector_polled_elsewhere_hear_at_once_that_their_thread_stal
     });
     let (_accepted, _) = server.accept().unwrap();
     drop(opened);
-    kernel.stop();
-    qp.stop();
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 #[test]
@@ -788,8 +795,8 @@ fn a_thread_that_serves_no_core_is_refused_opens_as_unsupported() {
         rx.recv_timeout(Duration::from_secs(10)),
         Ok(Some(std::io::ErrorKind::Unsupported))
     );
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 #[test]
@@ -840,8 +847,8 @@ fn a_connect_dropped_before_the_thread_passes_opens_nothing() {
     let more = server.accept().map(|(_, a)| a).map_err(|e| e.kind());
     assert_eq!(more, Err(std::io::ErrorKind::WouldBlock));
     drop(second);
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 /// Everything the server sends on a connection to `port`, until it
@@ -868,8 +875,8 @@ fn the_application_s_function_may_spawn_before_its_future_runs() {
         async move { served.await.unwrap() }
     });
     assert_eq!(read_from(port), b"spawned");
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 #[test]
@@ -903,8 +910,8 @@ fn a_shutdown_is_done_once_the_bytes_written_and_the_fin_went() {
     assert!(!at_once, "done with {queued} bytes queued");
     assert_eq!(done, Ok(()));
     assert_eq!(got.len(), queued);
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 /// Counts its wakes.
@@ -942,8 +949,8 @@ fn a_listener_and_a_stream_polled_elsewhere_hear_that_their_thread_stopped() {
     let waker = Waker::from(counting.clone());
     let mut cx = Context::from_waker(&waker);
     assert!(listener.poll_accept(&mut cx).is_pending());
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
     // The thread is joined: its bridge is gone.
     assert_eq!(counting.0.load(Ordering::Relaxed), 1);
     let aborted = Some(std::io::ErrorKind::ConnectionAborted);
@@ -998,8 +1005,8 @@ fn a_stream_s_keepalive_reaches_its_socket() {
         established_timer(port) == Some(2)
     });
     drop(client);
-    kernel.stop();
-    assert_eq!(qp.stop(), None);
+    kernel.stop().1.expect("no core failed");
+    qp.stop().unwrap();
 }
 
 /// tokio's start fails as queue-pair mode's, with the same kinds: no

@@ -176,7 +176,7 @@ fn a_stream_s_placement_follows_its_connection_to_another_core() {
         c1.did
     );
     assert_eq!(qp.moved(), 1);
-    assert_eq!(qp.stop(), None);
+    qp.stop().unwrap();
 }
 
 type Out = (TcpStream, TcpStream, Connector);
@@ -256,5 +256,5 @@ fn a_stall_one_core_saw_ends_every_stream_and_the_thread_aborts_what_the_other_k
     assert_eq!(c1.did, [(on1, "abort")]);
     assert_eq!(qp.orphaned(), 1, "core 1 reset nothing itself");
     assert!(qp.dead_threads().is_empty());
-    assert_eq!(qp.stop(), None);
+    qp.stop().unwrap();
 }

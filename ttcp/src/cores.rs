@@ -78,7 +78,7 @@ impl Placed {
     /// Stops the application threads (after the backend stopped) and sums
     /// what every thread counted.
     pub fn finish(self) -> Result<ThreadStats> {
-        let failed = self.queue_pairs.and_then(|q| q.stop());
+        let stopped = self.queue_pairs.map_or(Ok(()), |q| q.stop());
         let mut total = ThreadStats::default();
         for w in self
             .counters
@@ -88,9 +88,9 @@ impl Placed {
         {
             total.merge(w.stats())?;
         }
-        match failed {
-            Some(e) => Err(anyhow!("{e}")),
-            None => Ok(total),
+        match stopped {
+            Err(e) => Err(anyhow!("{e:#}")),
+            Ok(()) => Ok(total),
         }
     }
 }

@@ -238,7 +238,9 @@ fn start(
         }
         // The TCP counters as each worker published them when it exited
         // (a move or segment of the last 50 ms is in them).
-        let last = service.stop();
+        // A queue that failed while it ran is the watch's to say
+        // (`Dataplane::check`), as before the stop returned it.
+        let (last, _) = service.stop();
         set_tcp(&mut summary, &last.tcp);
         eprintln!("{summary}");
         placed.finish()

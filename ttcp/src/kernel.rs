@@ -165,10 +165,10 @@ fn start(
     )
     .map_err(|e| anyhow!("{e:#}"))?;
     Ok(Workers::custom(Box::new(move || {
-        let (_, failed) = service.stop();
+        let (_, stopped) = service.stop();
         let total = placed.finish();
-        if let Some(e) = failed {
-            bail!("{e}");
+        if let Err(e) = stopped {
+            bail!("{e:#}");
         }
         total
     })))

@@ -596,8 +596,8 @@ fn serve_queue_pairs(run: Run<'_>, qp: QueuePairs) -> Result<()> {
     );
     match (r, qp.stop()) {
         (Err(e), _) => Err(e),
-        (Ok(()), Some(e)) => Err(anyhow::anyhow!("{e}")),
-        (Ok(()), None) => Ok(()),
+        (Ok(()), Err(e)) => Err(anyhow::anyhow!("{e:#}")),
+        (Ok(()), Ok(())) => Ok(()),
     }
 }
 
@@ -1000,7 +1000,7 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
         .iter()
         .map(|(q, s)| QueueSteering::new(*q, s))
         .collect();
-    let mut counters = service.stop();
+    let (mut counters, stopped) = service.stop();
     for (q, t) in &mut counters.tcp {
         t.finishing = left.iter().find(|(l, _)| l == q).map_or(0, |(_, n)| *n);
     }
@@ -1015,7 +1015,10 @@ fn serve_xdp(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
     }
-    r
+    // A queue that failed while the service ran ended the run with its
+    // error (`check`); one found only by the stop is said here.
+    r?;
+    stopped.map_err(|e| anyhow::anyhow!("{e:#}"))
 }
 
 /// The flags that configure flowlane's TCP and AF_XDP data path, given
@@ -1139,7 +1142,7 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     });
     drop(running);
     let qp_summary = queue_pair_json(qp);
-    let (counters, failed) = service.stop();
+    let (counters, stopped) = service.stop();
     let summary = json!({"event": "summary", "backend": "kernel",
                          "counters": kernel_counters_json(&counters),
                          "worker_cpu_ns": cpu,
@@ -1150,8 +1153,8 @@ fn serve_kernel(run: Run<'_>, setup: impl ServiceSetup) -> Result<()> {
     if let Some(p) = &c.report {
         write_report(p, &summary)?;
     }
-    if let Some(e) = failed {
-        bail!("{e}");
+    if let Err(e) = stopped {
+        bail!("{e:#}");
     }
     r
 }
