@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use flowlane_app::{StopError, Worker};
+use flowlane_app::{StartError, StopError, Worker};
 pub use flowlane_ebpf::steer::LocalAddress;
 use flowlane_ebpf::steer::{Proto, SteerStats, Steering};
 
@@ -995,15 +995,17 @@ fn wait_for_a_pass(workers: &[WorkerHandle]) {
     }
 }
 
-/// The error of a queue's set-up that panicked with `payload`: its
-/// message's first line.
-fn panicked(payload: &(dyn std::any::Any + Send)) -> String {
+/// The error of a queue's set-up that panicked with `payload` (its
+/// message's first line): a start error of kind
+/// [`Worker`](flowlane_app::StartErrorKind::Worker), as on the other
+/// backends, which [`Error::Handler`] names the queue of.
+pub(crate) fn panicked(payload: &(dyn std::any::Any + Send)) -> StartError {
     let msg = worker::panic_message(payload);
-    format!(
+    StartError::worker(format!(
         "the handler's set-up panicked ({}); nothing was left running: fix the set-up \
          (the panic message above says where)",
         msg.lines().next().unwrap_or_default()
-    )
+    ))
 }
 
 /// How long a stop waits, once the ports are the kernel's again, before

@@ -783,13 +783,18 @@ pub(crate) fn check_active_opens(
 
 /// The [`StartError`] of a data path's error at start: a queue's set-up's
 /// own error stays its source (a [`StartError`] it returned stays as it
-/// is), an OS error its source; the others, whose message says their
-/// cause, keep their message.
+/// is; a set-up that panicked is a `Worker` one, its queue named), an OS
+/// error its source; the others, whose message says their cause, keep
+/// their message.
 pub(crate) fn start_error(e: Error) -> StartError {
     match e {
-        Error::Handler { queue, source } => {
-            StartError::setup(format!("queue {queue}: the set-up failed"), source)
-        }
+        Error::Handler { queue, source } => match source.downcast::<StartError>() {
+            Ok(own) if own.kind() == StartErrorKind::Worker => {
+                StartError::worker(format!("queue {queue}: {}", own.message()))
+            }
+            Ok(own) => *own,
+            Err(source) => StartError::setup(format!("queue {queue}: the set-up failed"), source),
+        },
         Error::Io { what, source } => StartError::os(what, source),
         e @ Error::Steering { .. } => StartError::new(StartErrorKind::Os, e.to_string()),
         e => StartError::config(e.to_string()),
@@ -1009,6 +1014,31 @@ mod tests {
     use super::*;
     use flowlane_numa_sched::toeplitz::RssKey;
     use std::net::Ipv4Addr;
+
+    /// A queue's set-up that panicked (the worker thread's error for it)
+    /// fails the start as a worker that ended, naming the queue and the
+    /// panic's words, as on the other backends; not as a set-up's error.
+    #[test]
+    fn a_set_up_that_panicked_is_a_worker_start_error() {
+        let payload = std::panic::catch_unwind(|| panic!("a set-up bug")).unwrap_err();
+        let e = start_error(Error::Handler {
+            queue: 1,
+            source: crate::runtime::panicked(payload.as_ref()).into(),
+        });
+        assert_eq!(e.kind(), StartErrorKind::Worker, "{e:#}");
+        assert!(
+            e.to_string()
+                .starts_with("queue 1: the handler's set-up panicked (a set-up bug)"),
+            "{e}"
+        );
+        // A set-up's own error stays a set-up error.
+        let e = start_error(Error::Handler {
+            queue: 2,
+            source: "no room".into(),
+        });
+        assert_eq!(e.kind(), StartErrorKind::Setup, "{e:#}");
+        assert_eq!(format!("{e:#}"), "queue 2: the set-up failed: no room");
+    }
 
     /// The MSS follows the link's MTU below Ethernet's and stays at the
     /// stack's above it (frames hold no more).

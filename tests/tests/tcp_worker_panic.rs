@@ -6,7 +6,9 @@
 //! `Dataplane::check`), and its stop reports the queue that panicked
 //! (`StopErrorKind::Panicked`, the queue's `Worker::Core`). Also: a port
 //! only a handler listens on (left out of `TcpServiceConfig::listen`) is
-//! served, not refused by the kernel.
+//! served, not refused by the kernel; a set-up that panics fails the
+//! start with a `StartErrorKind::Worker` error naming its queue, as on
+//! the other backends.
 //!
 //! The service is flowlane's library, not a `flowlane` command: this test
 //! binary again, run inside the bed's namespace; the kernel in the peer
@@ -50,12 +52,23 @@ impl ConnHandler for Commands {
     }
 }
 
-/// The service, in the child: both ports, and what it says of itself
-/// written to `report` (`READY`, then `FAILED <queues> <check>` once a
-/// queue failed, then `STOPPED <kind> <worker> <error>`, its stop's), for
-/// at most a minute.
+/// The service, in the child: first a start whose set-up panics on
+/// queue 1 (`SETUP <kind> <error>`), then both ports, and what it says of
+/// itself written to `report` (`READY`, then `FAILED <queues> <check>`
+/// once a queue failed, then `STOPPED <kind> <worker> <error>`, its
+/// stop's), for at most a minute.
 fn serve(report: &Path) {
     let say = |line: String| Report::say(report, &line);
+    let panics = TcpService::start(TcpServiceConfig::new("xsk0"), |h| {
+        if h.queue() == 1 {
+            panic!("a set-up bug on queue 1");
+        }
+        h.listen(PORT, Commands).map(drop)
+    });
+    match panics {
+        Ok(_) => say("SETUP started".into()),
+        Err(e) => say(format!("SETUP {:?} {e:#}", e.kind())),
+    }
     let mut config = TcpServiceConfig::new("xsk0");
     config.listen = vec![PORT];
     let service = TcpService::start(config, |h| {
@@ -214,5 +227,15 @@ fn a_handler_that_panics_fails_its_queue_closed() {
     assert!(
         stopped.starts_with(&said) && !stopped.contains(';'),
         "service: {service}"
+    );
+    // A set-up that panicked: a worker that ended during the start, its
+    // queue and the panic's words in the line.
+    let setup = service
+        .lines()
+        .find_map(|l| l.strip_prefix("SETUP "))
+        .unwrap_or_else(|| panic!("no SETUP in {service}"));
+    assert!(
+        setup.starts_with("Worker queue 1: ") && setup.contains("a set-up bug on queue 1"),
+        "{setup}"
     );
 }
