@@ -294,21 +294,53 @@ impl QueuePairs {
 
     /// [`QueuePairs::start`] with a loop of the caller's: on each thread,
     /// `setup` registers the handlers and returns what `run` needs besides
-    /// the thread's [`AppPort`] (or an error that converts into a
-    /// [`SetupError`], as [`QueuePairs::start`]'s set-up); `run` then
-    /// drives the port (an async runtime's loop, say) until
-    /// [`AppPort::poll`] says the service stopped.
+    /// the thread's [`AppPort`], or a [`SetupError`]: `?` takes any error
+    /// that converts into one (any `std::error::Error + Send + Sync`, a
+    /// `String`, a `&str`), and neither a set-up without an error nor one
+    /// using `?` needs its error type named; `run` then drives the port
+    /// (an async runtime's loop, say) until [`AppPort::poll`] says the
+    /// service stopped.
+    ///
+    /// ```
+    /// use flowlane_app::{ConnHandle, ConnHandler, Net, Placement, SetupExt};
+    /// use flowlane_qp::{QueuePairConfig, QueuePairs};
+    ///
+    /// struct Discard;
+    /// impl ConnHandler for Discard {
+    ///     fn on_data(&mut self, net: &mut dyn Net, conn: ConnHandle) {
+    ///         net.discard(conn);
+    ///     }
+    /// }
+    ///
+    /// let cores = Placement::unpinned_cores(1);
+    /// // No handler, no error: the set-up's error type is not named.
+    /// let idle = QueuePairs::start_with(QueuePairConfig::new(&cores), |_| Ok(()), |port, ()| {
+    ///     port.run()
+    /// })?;
+    /// idle.stop()?;
+    /// // `?` on the set-up's calls (here `flowlane_app::Error`), the
+    /// // thread's index handed to its loop.
+    /// let qp = QueuePairs::start_with(
+    ///     QueuePairConfig::new(&cores),
+    ///     |s| {
+    ///         s.listen(9, Discard)?;
+    ///         Ok(s.queue())
+    ///     },
+    ///     |port, _thread| port.run(),
+    /// )?;
+    /// qp.stop()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// As [`QueuePairs::start`].
-    pub fn start_with<S, T, E, R>(
+    pub fn start_with<S, T, R>(
         config: QueuePairConfig,
         setup: S,
         run: R,
     ) -> Result<QueuePairs, StartError>
     where
-        S: Fn(&mut dyn Setup) -> Result<T, E> + Send + Sync + 'static,
-        E: Into<SetupError>,
+        S: Fn(&mut dyn Setup) -> Result<T, SetupError> + Send + Sync + 'static,
         R: Fn(AppPort, T) + Send + Sync + 'static,
         T: 'static,
     {
@@ -435,7 +467,7 @@ impl QueuePairs {
                         Err(e) => {
                             let _ = ready.send(Err(StartError::setup(
                                 format!("application thread {t}: the set-up failed"),
-                                e.into(),
+                                e,
                             )));
                             return;
                         }
@@ -737,7 +769,7 @@ mod tests {
                 pin: |_| Ok(()),
                 stall_after: Duration::from_millis(200),
             },
-            |_| Ok::<_, SetupError>(()),
+            |_| Ok(()),
             move |port, ()| {
                 if port.index() == 1 {
                     let _ = release.lock().unwrap().recv();
@@ -778,7 +810,7 @@ mod tests {
                 pin: |_| Ok(()),
                 stall_after: Duration::from_millis(200),
             },
-            |_| Ok::<_, SetupError>(()),
+            |_| Ok(()),
             move |port, ()| {
                 if port.index() == 1 {
                     panic!("thread 1 asked to panic");
@@ -942,10 +974,16 @@ mod tests {
         assert_eq!(e.kind(), StartErrorKind::Config, "{e}");
         assert!(e.source().is_none());
 
-        // `start_with`'s set-up returns any error that converts.
+        // `start_with`'s set-up takes any error that converts, by `?`.
+        fn in_use() -> Result<(), flowlane_app::Error> {
+            Err(flowlane_app::Error::AddrInUse)
+        }
         let e = QueuePairs::start_with(
             config(1),
-            |_| Err::<(), _>(flowlane_app::Error::AddrInUse),
+            |_| {
+                in_use()?;
+                Ok(())
+            },
             |_, ()| {},
         )
         .unwrap_err();

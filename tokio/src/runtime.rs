@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use flowlane_app::{Placement, Setup, StartError};
+use flowlane_app::{Placement, Setup, SetupError, StartError};
 use flowlane_qp::{AppPort, QueuePairConfig, QueuePairs};
 use tokio::runtime::Runtime;
 use tokio::sync::Notify;
@@ -162,7 +162,8 @@ where
     let c = counters.clone();
     let (ports, backlog) = (config.ports, config.backlog.max(1));
     let syn_filter = config.syn_filter;
-    let setup = move |s: &mut dyn Setup| -> Result<Prepared, StartError> {
+    // A `StartError` of its own goes back as it is (`StartError::setup`).
+    let setup = move |s: &mut dyn Setup| -> Result<Prepared, SetupError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
